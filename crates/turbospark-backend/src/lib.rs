@@ -1,0 +1,110 @@
+//! The backend trait: every operation a transformer forward pass needs, in
+//! terms of device-resident activations, weights and KV storage.
+//!
+//! Families are written once over [`Backend`]; the CPU backend
+//! (`turbospark-cpu`) is the reference implementation and a CUDA backend
+//! implements the same trait. This crate holds only the contract and the
+//! plain-data parameter types; it must not contain arithmetic.
+
+use turbospark_format::{AttnSpan, FormatError, HostTensor};
+
+/// Errors a backend can raise while building weights or buffers.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// Rotary embedding tables for one attention geometry: `inv_freq[i]` for each
+/// of the `head_dim / 2` pairs, and the factor applied to cos and sin.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeTable {
+    pub inv_freq: Vec<f32>,
+    pub attention_factor: f32,
+}
+
+/// The geometry and options of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnParams {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies q·k before the softmax.
+    pub scale: f32,
+    pub span: AttnSpan,
+}
+
+/// Shape of one layer's KV storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvSpec {
+    /// Rows (token slots). A full layer needs the whole context; a sliding
+    /// layer needs `window + longest prefill chunk` and is used as a ring.
+    pub capacity: usize,
+    pub kv_dim: usize,
+}
+
+/// The operations a transformer needs.
+///
+/// Activations are row-major `[rows, cols]` f32 matrices (`rows` = tokens).
+/// Weights are matrices `[out, in]` as stored by transformers (a projection
+/// computes `x · Wᵀ`) or vectors, kept in the storage format the backend chose
+/// at upload. Positions are absolute token positions in the sequence.
+pub trait Backend: Send + Sync {
+    type Tensor: Send;
+    type Weight: Send + Sync;
+    type Kv: Send;
+
+    fn name(&self) -> &'static str;
+
+    /// Makes a device weight from checkpoint bytes (any supported dtype).
+    fn upload(&self, t: &HostTensor<'_>) -> Result<Self::Weight>;
+    /// A weight from f32 values (tables computed at load).
+    fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<Self::Weight>;
+    /// Bytes the weight occupies on the device.
+    fn weight_bytes(&self, w: &Self::Weight) -> usize;
+
+    fn tensor(&self, rows: usize, cols: usize) -> Self::Tensor;
+    fn shape(&self, t: &Self::Tensor) -> (usize, usize);
+    fn to_host(&self, t: &Self::Tensor) -> Vec<f32>;
+    /// Copies row `row` of `src` into row 0 of a new one-row tensor.
+    fn row(&self, src: &Self::Tensor, row: usize) -> Self::Tensor;
+
+    /// `out[i] = table[tokens[i]]`.
+    fn embed(&self, table: &Self::Weight, tokens: &[u32], out: &mut Self::Tensor);
+    /// `out = x / rms(x) * w` per row of width `w.len()` (applied to every
+    /// `w.len()`-wide group of a row, so it also serves per-head norms).
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32, out: &mut Self::Tensor);
+    /// `out = x · Wᵀ (+ bias)`.
+    fn linear(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        out: &mut Self::Tensor,
+    );
+    /// `x += y`.
+    fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor);
+    /// `out = silu(gate) * up`.
+    fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor);
+    /// Rotates each `head_dim`-wide head of each row by its position. Pairs
+    /// are (i, i + head_dim/2) (the "rotate half" convention of transformers).
+    fn rope(&self, x: &mut Self::Tensor, head_dim: usize, positions: &[u32], rope: &RopeTable);
+
+    fn kv_alloc(&self, spec: KvSpec) -> Self::Kv;
+    /// Stores rows of `k` and `v` at slots `position % capacity`.
+    fn kv_write(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor, positions: &[u32]);
+    /// Causal attention of each query row (at `positions[row]`) over the keys
+    /// held in `kv`, honouring the span; `out` is `[rows, num_heads * head_dim]`.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        kv: &Self::Kv,
+        positions: &[u32],
+        params: &AttnParams,
+        out: &mut Self::Tensor,
+    );
+}

@@ -1,0 +1,120 @@
+//! The CPU backend: TurboSpark's reference implementation of
+//! [`turbospark_backend::Backend`]. f32 arithmetic on f32/bf16/f16 weights
+//! (16-bit weights stay 16-bit in memory), multithreaded with rayon, AVX2/FMA
+//! inner loops where the processor has them.
+//!
+//! It owns the CPU storage of activations, weights and KV; it must not know
+//! about model families.
+
+pub mod attention;
+pub mod linear;
+pub mod ops;
+pub mod simd;
+pub mod weight;
+
+use turbospark_backend::{AttnParams, Backend, KvSpec, Result, RopeTable};
+use turbospark_format::HostTensor;
+
+pub use attention::CpuKv;
+pub use weight::{CpuWeight, WeightData};
+
+/// A row-major `[rows, cols]` f32 matrix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTensor {
+    pub data: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu;
+
+impl Backend for Cpu {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type Kv = CpuKv;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn upload(&self, t: &HostTensor<'_>) -> Result<CpuWeight> {
+        CpuWeight::from_host(t)
+    }
+
+    fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<CpuWeight> {
+        Ok(CpuWeight::from_f32(values, shape))
+    }
+
+    fn weight_bytes(&self, w: &CpuWeight) -> usize {
+        w.bytes()
+    }
+
+    fn tensor(&self, rows: usize, cols: usize) -> CpuTensor {
+        CpuTensor {
+            data: vec![0.0; rows * cols],
+            rows,
+            cols,
+        }
+    }
+
+    fn shape(&self, t: &CpuTensor) -> (usize, usize) {
+        (t.rows, t.cols)
+    }
+
+    fn to_host(&self, t: &CpuTensor) -> Vec<f32> {
+        t.data.clone()
+    }
+
+    fn row(&self, src: &CpuTensor, row: usize) -> CpuTensor {
+        CpuTensor {
+            data: src.data[row * src.cols..(row + 1) * src.cols].to_vec(),
+            rows: 1,
+            cols: src.cols,
+        }
+    }
+
+    fn embed(&self, table: &CpuWeight, tokens: &[u32], out: &mut CpuTensor) {
+        ops::embed(table, tokens, &mut out.data);
+    }
+
+    fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32, out: &mut CpuTensor) {
+        ops::rms_norm(&x.data, &w.to_f32(), eps, &mut out.data);
+    }
+
+    fn linear(&self, x: &CpuTensor, w: &CpuWeight, bias: Option<&CpuWeight>, out: &mut CpuTensor) {
+        let bias = bias.map(|b| b.to_f32());
+        linear::linear(&x.data, x.rows, w, bias.as_deref(), &mut out.data);
+    }
+
+    fn add(&self, x: &mut CpuTensor, y: &CpuTensor) {
+        ops::add(&mut x.data, &y.data);
+    }
+
+    fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) {
+        ops::silu_mul(&gate.data, &up.data, &mut out.data);
+    }
+
+    fn rope(&self, x: &mut CpuTensor, head_dim: usize, positions: &[u32], rope: &RopeTable) {
+        ops::rope(&mut x.data, x.cols, head_dim, positions, rope);
+    }
+
+    fn kv_alloc(&self, spec: KvSpec) -> CpuKv {
+        CpuKv::new(spec)
+    }
+
+    fn kv_write(&self, kv: &mut CpuKv, k: &CpuTensor, v: &CpuTensor, positions: &[u32]) {
+        kv.write(&k.data, &v.data, positions);
+    }
+
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        kv: &CpuKv,
+        positions: &[u32],
+        params: &AttnParams,
+        out: &mut CpuTensor,
+    ) {
+        attention::attention(&q.data, kv, positions, params, &mut out.data);
+    }
+}

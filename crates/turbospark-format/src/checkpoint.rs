@@ -1,0 +1,235 @@
+//! Safetensors checkpoints: one `model.safetensors`, or shards listed by
+//! `model.safetensors.index.json`. Files are memory-mapped (memmap2); a tensor
+//! is handed out as a borrowed byte slice with its dtype and shape, and the
+//! backend decides how to store it. This module never converts or copies data.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype as StDtype, SafeTensors};
+
+use crate::error::{FormatError, Result};
+use crate::spec::DType;
+
+/// A tensor as stored in the checkpoint (little-endian bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct HostTensor<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub bytes: &'a [u8],
+}
+
+impl HostTensor<'_> {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Requires `shape == expected`, naming the tensor otherwise.
+    pub fn expect_shape(&self, expected: &[usize]) -> Result<()> {
+        if self.shape != expected {
+            return Err(FormatError::Shape {
+                name: self.name.to_string(),
+                expected: expected.to_vec(),
+                got: self.shape.to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The values widened to f32 (for small tensors: norms, biases).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let b = self.bytes;
+        match self.dtype {
+            DType::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            DType::BF16 => b
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            DType::F16 => b
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            DType::U8 => b.iter().map(|&x| x as f32).collect(),
+        }
+    }
+}
+
+struct Entry {
+    shard: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    start: usize,
+    end: usize,
+}
+
+/// An opened checkpoint directory.
+pub struct Checkpoint {
+    dir: PathBuf,
+    shards: Vec<Mmap>,
+    tensors: HashMap<String, Entry>,
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> FormatError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => FormatError::Missing {
+            path: path.to_path_buf(),
+        },
+        _ => FormatError::Io {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        },
+    }
+}
+
+impl Checkpoint {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
+        let files = if single.exists() {
+            vec![single]
+        } else if index.exists() {
+            shard_files(dir, &index)?
+        } else {
+            return Err(FormatError::Missing { path: single });
+        };
+        let mut ckpt = Checkpoint {
+            dir: dir.to_path_buf(),
+            shards: Vec::new(),
+            tensors: HashMap::new(),
+        };
+        for file in files {
+            ckpt.add_shard(&file)?;
+        }
+        Ok(ckpt)
+    }
+
+    fn add_shard(&mut self, path: &Path) -> Result<()> {
+        let file = File::open(path).map_err(|e| io_err(path, e))?;
+        // SAFETY: the mapping is read-only; like every inference engine we
+        // assume the checkpoint is not modified while it is loaded.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
+        let bad = |what: String| FormatError::Safetensors {
+            file: path.to_path_buf(),
+            what,
+        };
+        let st = SafeTensors::deserialize(&mmap).map_err(|e| bad(e.to_string()))?;
+        let shard = self.shards.len();
+        for (name, view) in st.tensors() {
+            let dtype = match view.dtype() {
+                StDtype::F32 => DType::F32,
+                StDtype::F16 => DType::F16,
+                StDtype::BF16 => DType::BF16,
+                StDtype::U8 => DType::U8,
+                other => {
+                    return Err(FormatError::Dtype {
+                        name,
+                        dtype: format!("{other:?}"),
+                    });
+                }
+            };
+            // Offset of this view's bytes inside the mapping.
+            let start = view.data().as_ptr() as usize - mmap.as_ptr() as usize;
+            let end = start + view.data().len();
+            self.tensors.insert(
+                name,
+                Entry {
+                    shard,
+                    dtype,
+                    shape: view.shape().to_vec(),
+                    start,
+                    end,
+                },
+            );
+        }
+        self.shards.push(mmap);
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(|s| s.as_str())
+    }
+
+    /// Total bytes of tensor data.
+    pub fn total_bytes(&self) -> u64 {
+        self.tensors.values().map(|e| (e.end - e.start) as u64).sum()
+    }
+
+    pub fn get(&self, name: &str) -> Result<HostTensor<'_>> {
+        let (key, e) = self
+            .tensors
+            .get_key_value(name)
+            .ok_or_else(|| FormatError::MissingTensor {
+                name: name.to_string(),
+                dir: self.dir.clone(),
+            })?;
+        Ok(HostTensor {
+            name: key,
+            dtype: e.dtype,
+            shape: &e.shape,
+            bytes: &self.shards[e.shard][e.start..e.end],
+        })
+    }
+
+    /// Like [`get`](Self::get), then checks the shape.
+    pub fn get_shaped(&self, name: &str, shape: &[usize]) -> Result<HostTensor<'_>> {
+        let t = self.get(name)?;
+        t.expect_shape(shape)?;
+        Ok(t)
+    }
+
+    /// Count of stored values per dtype, for `inspect`.
+    pub fn dtype_counts(&self) -> Vec<(DType, u64)> {
+        let mut out: Vec<(DType, u64)> = Vec::new();
+        for e in self.tensors.values() {
+            let n = e.shape.iter().product::<usize>() as u64;
+            match out.iter_mut().find(|(d, _)| *d == e.dtype) {
+                Some((_, c)) => *c += n,
+                None => out.push((e.dtype, n)),
+            }
+        }
+        out.sort_by_key(|(d, _)| d.name());
+        out
+    }
+}
+
+/// The shard files named by an index, in first-seen order, deduplicated.
+fn shard_files(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(index).map_err(|e| io_err(index, e))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| FormatError::Json {
+        path: index.to_path_buf(),
+        what: e.to_string(),
+    })?;
+    let map = value
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| FormatError::Json {
+            path: index.to_path_buf(),
+            what: "no `weight_map` object".into(),
+        })?;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for file in map.values() {
+        let name = file.as_str().ok_or_else(|| FormatError::Json {
+            path: index.to_path_buf(),
+            what: format!("weight_map value {file} is not a file name"),
+        })?;
+        let path = dir.join(name);
+        if !files.contains(&path) {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}

@@ -1,0 +1,2 @@
+//! The runtime (being written).
+pub mod sampler;

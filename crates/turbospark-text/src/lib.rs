@@ -1,0 +1,1 @@
+//! Text in and out (being written).
