@@ -7,6 +7,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod npy;
 pub mod spec;
 
 pub use checkpoint::{Checkpoint, HostTensor};

@@ -1,0 +1,30 @@
+//! Model families: one file per forward-pass definition, each written once
+//! over the [`Backend`] trait from the shared blocks in `crate::layers`.
+
+pub mod llama;
+
+use turbospark_backend::Backend;
+use turbospark_format::ModelSpec;
+
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+
+/// A causal language model loaded on a backend.
+pub trait CausalLm<B: Backend>: Send + Sync {
+    fn spec(&self) -> &ModelSpec;
+
+    /// Runs `tokens` at the next positions of `cache` (at most
+    /// `cache.max_chunk()` of them), appending their keys and values.
+    /// Returns logits `[tokens.len(), vocab]` when `all_logits`, else the
+    /// last position's `[1, vocab]`.
+    fn forward(
+        &self,
+        be: &B,
+        tokens: &[u32],
+        cache: &mut KvCache<B>,
+        all_logits: bool,
+    ) -> Result<B::Tensor>;
+
+    /// Bytes of weights held on the backend.
+    fn weight_bytes(&self, be: &B) -> u64;
+}

@@ -1,0 +1,90 @@
+//! The self-attention block: q/k/v projections (+ optional biases), optional
+//! per-head q/k RMSNorm, RoPE, the KV write, attention, and the output
+//! projection.
+//!
+//! Order of operations (as transformers): project, add bias, per-head norm,
+//! rotate q and k, store k (rotated) and v (never rotated), attend, project
+//! out. Weight names follow the Llama convention `{prefix}.q_proj.weight`.
+
+use turbospark_backend::{AttnParams, Backend, RopeTable};
+use turbospark_format::{AttnSpan, ModelSpec};
+
+use crate::error::Result;
+use crate::loader::Loader;
+
+pub struct Attention<B: Backend> {
+    q: B::Weight,
+    k: B::Weight,
+    v: B::Weight,
+    o: B::Weight,
+    q_bias: Option<B::Weight>,
+    k_bias: Option<B::Weight>,
+    v_bias: Option<B::Weight>,
+    o_bias: Option<B::Weight>,
+    q_norm: Option<B::Weight>,
+    k_norm: Option<B::Weight>,
+    params: AttnParams,
+    norm_eps: f32,
+}
+
+impl<B: Backend> Attention<B> {
+    pub fn load(l: &Loader<B>, prefix: &str, spec: &ModelSpec, span: AttnSpan) -> Result<Self> {
+        let (h, q, kv, hd) = (spec.hidden_size, spec.q_dim(), spec.kv_dim(), spec.head_dim);
+        let name = |s: &str| format!("{prefix}.{s}");
+        Ok(Attention {
+            q: l.tensor(&name("q_proj.weight"), &[q, h])?,
+            k: l.tensor(&name("k_proj.weight"), &[kv, h])?,
+            v: l.tensor(&name("v_proj.weight"), &[kv, h])?,
+            o: l.tensor(&name("o_proj.weight"), &[h, q])?,
+            q_bias: l.tensor_if(spec.qkv_bias, &name("q_proj.bias"), &[q])?,
+            k_bias: l.tensor_if(spec.qkv_bias, &name("k_proj.bias"), &[kv])?,
+            v_bias: l.tensor_if(spec.qkv_bias, &name("v_proj.bias"), &[kv])?,
+            o_bias: l.tensor_if(spec.o_bias, &name("o_proj.bias"), &[h])?,
+            q_norm: l.tensor_if(spec.qk_norm, &name("q_norm.weight"), &[hd])?,
+            k_norm: l.tensor_if(spec.qk_norm, &name("k_norm.weight"), &[hd])?,
+            params: AttnParams {
+                num_heads: spec.num_heads,
+                num_kv_heads: spec.num_kv_heads,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                span,
+            },
+            norm_eps: spec.norm_eps,
+        })
+    }
+
+    /// `x` is the normed hidden state `[n, hidden]`; returns `[n, hidden]`.
+    pub fn forward(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        positions: &[u32],
+        kv: &mut B::Kv,
+        rope: &RopeTable,
+    ) -> B::Tensor {
+        let n = positions.len();
+        let p = &self.params;
+        let (q_dim, kv_dim) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
+        let mut q = be.tensor(n, q_dim);
+        let mut k = be.tensor(n, kv_dim);
+        let mut v = be.tensor(n, kv_dim);
+        be.linear(x, &self.q, self.q_bias.as_ref(), &mut q);
+        be.linear(x, &self.k, self.k_bias.as_ref(), &mut k);
+        be.linear(x, &self.v, self.v_bias.as_ref(), &mut v);
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            let mut qo = be.tensor(n, q_dim);
+            let mut ko = be.tensor(n, kv_dim);
+            be.rms_norm(&q, qn, self.norm_eps, &mut qo);
+            be.rms_norm(&k, kn, self.norm_eps, &mut ko);
+            (q, k) = (qo, ko);
+        }
+        be.rope(&mut q, p.head_dim, positions, rope);
+        be.rope(&mut k, p.head_dim, positions, rope);
+        be.kv_write(kv, &k, &v, positions);
+        let mut attn = be.tensor(n, q_dim);
+        be.attention(&q, kv, positions, p, &mut attn);
+        let mut out = be.tensor(n, be.shape(x).1);
+        be.linear(&attn, &self.o, self.o_bias.as_ref(), &mut out);
+        out
+    }
+}

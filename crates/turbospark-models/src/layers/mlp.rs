@@ -1,0 +1,53 @@
+//! The gated MLP: `down(act(gate(x)) * up(x))` with optional biases
+//! (Llama's `mlp_bias`). Weight names `{prefix}.gate_proj.weight` etc.
+
+use turbospark_backend::Backend;
+use turbospark_format::{Activation, ModelSpec};
+
+use crate::error::Result;
+use crate::loader::Loader;
+
+pub struct GatedMlp<B: Backend> {
+    gate: B::Weight,
+    up: B::Weight,
+    down: B::Weight,
+    gate_bias: Option<B::Weight>,
+    up_bias: Option<B::Weight>,
+    down_bias: Option<B::Weight>,
+    activation: Activation,
+    width: usize,
+}
+
+impl<B: Backend> GatedMlp<B> {
+    pub fn load(l: &Loader<B>, prefix: &str, spec: &ModelSpec) -> Result<Self> {
+        let (h, i) = (spec.hidden_size, spec.intermediate_size);
+        let name = |s: &str| format!("{prefix}.{s}");
+        let b = spec.mlp_bias;
+        Ok(GatedMlp {
+            gate: l.tensor(&name("gate_proj.weight"), &[i, h])?,
+            up: l.tensor(&name("up_proj.weight"), &[i, h])?,
+            down: l.tensor(&name("down_proj.weight"), &[h, i])?,
+            gate_bias: l.tensor_if(b, &name("gate_proj.bias"), &[i])?,
+            up_bias: l.tensor_if(b, &name("up_proj.bias"), &[i])?,
+            down_bias: l.tensor_if(b, &name("down_proj.bias"), &[h])?,
+            activation: spec.activation,
+            width: i,
+        })
+    }
+
+    pub fn forward(&self, be: &B, x: &B::Tensor) -> B::Tensor {
+        let (n, h) = be.shape(x);
+        let i = self.width;
+        let mut gate = be.tensor(n, i);
+        let mut up = be.tensor(n, i);
+        be.linear(x, &self.gate, self.gate_bias.as_ref(), &mut gate);
+        be.linear(x, &self.up, self.up_bias.as_ref(), &mut up);
+        let mut act = be.tensor(n, i);
+        match self.activation {
+            Activation::Silu => be.silu_mul(&gate, &up, &mut act),
+        }
+        let mut out = be.tensor(n, h);
+        be.linear(&act, &self.down, self.down_bias.as_ref(), &mut out);
+        out
+    }
+}

@@ -1,0 +1,46 @@
+//! Opening a model directory: config.json → spec → the family's loader.
+//! The only place that maps an [`Arch`] to a family implementation.
+
+use std::path::Path;
+
+use turbospark_backend::Backend;
+use turbospark_format::{Arch, Checkpoint, ModelSpec, load_config};
+
+use crate::error::Result;
+use crate::families::{CausalLm, llama::Llama};
+use crate::loader::{Loader, Progress};
+
+/// Reads and validates `DIR/config.json` without touching weights.
+pub fn read_spec(dir: &Path) -> Result<ModelSpec> {
+    if !dir.is_dir() {
+        return Err(turbospark_format::FormatError::Missing {
+            path: dir.to_path_buf(),
+        }
+        .into());
+    }
+    Ok(load_config(dir)?)
+}
+
+/// Loads the model in `dir` onto `be`.
+pub fn load_model<B: Backend + 'static>(
+    be: &B,
+    dir: &Path,
+    progress: Progress<'_>,
+) -> Result<Box<dyn CausalLm<B>>> {
+    load_model_with_spec(be, dir, read_spec(dir)?, progress)
+}
+
+/// Loads the weights in `dir` for an explicitly given spec (tests use this
+/// to switch a single term off and prove the fixtures notice).
+pub fn load_model_with_spec<B: Backend + 'static>(
+    be: &B,
+    dir: &Path,
+    spec: ModelSpec,
+    progress: Progress<'_>,
+) -> Result<Box<dyn CausalLm<B>>> {
+    let ckpt = Checkpoint::open(dir)?;
+    let loader = Loader::new(be, &ckpt, progress);
+    Ok(match spec.arch {
+        Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => Box::new(Llama::load(&loader, spec)?),
+    })
+}

@@ -1,0 +1,65 @@
+//! One sequence being generated: the model, its KV cache, and the prefill
+//! and decode steps. Prefill feeds the prompt in chunks of at most
+//! `max_chunk` tokens (all tokens of a chunk in one batched pass); decode
+//! feeds one token at a time. It owns no sampling policy and no text.
+
+use turbospark_backend::Backend;
+
+use crate::error::{ModelError, Result};
+use crate::families::CausalLm;
+use crate::kv_cache::KvCache;
+
+pub struct Session<'m, B: Backend> {
+    be: &'m B,
+    model: &'m dyn CausalLm<B>,
+    cache: KvCache<B>,
+}
+
+impl<'m, B: Backend> Session<'m, B> {
+    pub fn new(be: &'m B, model: &'m dyn CausalLm<B>, max_context: usize, max_chunk: usize) -> Self {
+        let cache = KvCache::new(be, model.spec(), max_context, max_chunk);
+        Session { be, model, cache }
+    }
+
+    pub fn position(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn reset(&mut self) {
+        self.cache.clear(self.be, self.model.spec());
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let vocab = self.model.spec().vocab_size;
+        match tokens.iter().find(|&&t| t as usize >= vocab) {
+            Some(&id) => Err(ModelError::TokenOutOfRange { id, vocab }),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends `tokens`; returns the logits of the last one, or of every one
+    /// (`[tokens.len(), vocab]`, row-major) when `all_logits`.
+    pub fn feed(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        self.check_tokens(tokens)?;
+        // Fail before any work if the whole prompt cannot fit.
+        if self.cache.len() + tokens.len() > self.cache.max_context() {
+            return Err(ModelError::ContextFull {
+                needed: self.cache.len() + tokens.len(),
+                capacity: self.cache.max_context(),
+            });
+        }
+        let mut out = Vec::new();
+        for chunk in tokens.chunks(self.cache.max_chunk()) {
+            let logits = self.model.forward(self.be, chunk, &mut self.cache, all_logits)?;
+            if all_logits {
+                out.extend(self.be.to_host(&logits));
+            } else {
+                out = self.be.to_host(&logits);
+            }
+        }
+        Ok(out)
+    }
+}
