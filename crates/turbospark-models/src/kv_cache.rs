@@ -85,6 +85,13 @@ impl<B: Backend> KvCache<B> {
         self.len += n;
     }
 
+    /// Rewinds to `len` positions. Rows past it stay in storage but are
+    /// never read: a query at position q reads only keys at positions ≤ q,
+    /// and every position ≤ q is rewritten before a query reaches it.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Forgets the sequence by starting from fresh storage.
     pub fn clear(&mut self, be: &B, spec: &ModelSpec) {
         *self = Self::new(be, spec, self.max_context, self.max_chunk);

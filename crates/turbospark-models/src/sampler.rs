@@ -1,1 +1,698 @@
-//! Sampling (being written).
+//! Sampling: turning one row of logits into one token id.
+//!
+//! This module owns the per-step decoding policy: given the logits of one
+//! position (one `f32` per vocabulary id) and the ids seen so far, pick the
+//! next id. It must not know anything about models, backends, tensors,
+//! tokenizers, KV caches or batching; its inputs are plain slices and its
+//! output is a `u32`. A batch is sampled by calling [`Sampler::sample`] once
+//! per row (one [`Sampler`] per sequence, since each owns its RNG stream).
+//!
+//! # Pipeline
+//!
+//! Applied in the order used by Hugging Face transformers and llama.cpp:
+//!
+//! 1. **Penalties** over `history` (prompt and generated ids; pass whatever
+//!    window you want penalised). Repetition penalty as transformers'
+//!    `RepetitionPenaltyLogitsProcessor`: each *distinct* seen id gets
+//!    `logit < 0 ? logit * p : logit / p`. Then presence and frequency
+//!    penalties as OpenAI / llama.cpp: `logit -= presence * (count > 0) +
+//!    frequency * count`. Ids outside the vocabulary are ignored.
+//! 2. **Temperature**: `temperature <= 1e-6` (or not finite) means greedy,
+//!    i.e. [`argmax`] of the penalised logits; otherwise logits are divided
+//!    by the temperature.
+//! 3. **Top-k** (`top_k > 0`): keep the `k` highest logits (ties broken
+//!    towards the lower id). Uses partial selection, not a full sort.
+//! 4. **Top-p** (`top_p < 1`): nucleus over the distribution left by top-k:
+//!    keep the smallest prefix of highest-probability tokens whose cumulative
+//!    probability is `>= top_p`; always at least one token. Needs the
+//!    candidates sorted: after top-k that is only `k` of them, without top-k
+//!    it is a full `O(V log V)` sort of the vocabulary.
+//! 5. **Min-p** (`min_p > 0`): keep tokens with `prob >= min_p * max_prob`.
+//! 6. **Draw** from the renormalised distribution with the sampler's own
+//!    ChaCha8 RNG seeded from [`SamplerConfig::seed`].
+//!
+//! # Determinism
+//!
+//! Same seed and same sequence of `(logits, history)` calls give the same
+//! tokens, on every platform (ChaCha8 is portable and the candidate order
+//! before the draw is a total order: logit descending, then id ascending).
+//! Every non-greedy call consumes exactly one `u64` from the RNG, whatever
+//! the input, so the stream position depends only on the number of calls;
+//! greedy calls consume none.
+//!
+//! # Degenerate input
+//!
+//! `sample` never panics. Empty logits give id `0`. NaN logits never win and
+//! are never sampled; `-inf` logits are never sampled. If every logit is NaN
+//! or `-inf` the result is [`argmax`] (the first non-NaN id, or `0`). If some
+//! logits are `+inf` (after penalties and temperature), the draw is uniform
+//! over those ids (the limit of softmax). Out-of-range settings are clamped
+//! to their meaning: `top_p <= 0` keeps one token, `min_p >= 1` keeps the top
+//! token(s), NaN or infinite `top_p`/`min_p`/penalties are treated as off,
+//! and a non-positive repetition penalty is treated as off.
+//!
+//! # Cost
+//!
+//! Buffers live inside the [`Sampler`] and are reused, so steady-state calls
+//! do not allocate. Greedy without penalties reads the logits once; penalties
+//! copy the row once; sampling builds one candidate list of the vocabulary's
+//! non-`-inf` entries.
+
+use std::cmp::Ordering;
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Temperatures at or below this are greedy decoding.
+const GREEDY_TEMPERATURE: f32 = 1e-6;
+
+/// Decoding settings of one sequence. Missing fields deserialize to
+/// [`SamplerConfig::default`] (greedy, every filter and penalty off).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplerConfig {
+    /// Softmax temperature; `0` (anything `<= 1e-6`) means greedy.
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens; `0` = off.
+    pub top_k: usize,
+    /// Nucleus threshold; `1` = off.
+    pub top_p: f32,
+    /// Keep tokens with probability `>= min_p * max probability`; `0` = off.
+    pub min_p: f32,
+    /// transformers-style multiplicative repetition penalty; `1` = off.
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every id present in the history.
+    pub presence_penalty: f32,
+    /// Subtracted from the logit of an id once per occurrence in the history.
+    pub frequency_penalty: f32,
+    /// Seed of the sampler's RNG.
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplerConfig {
+    fn is_greedy(&self) -> bool {
+        !(self.temperature > GREEDY_TEMPERATURE && self.temperature.is_finite())
+    }
+
+    /// The repetition penalty if it changes anything.
+    fn repetition(&self) -> Option<f32> {
+        let p = self.repetition_penalty;
+        (p > 0.0 && p.is_finite() && p != 1.0).then_some(p)
+    }
+
+    fn presence(&self) -> f32 {
+        finite_or_zero(self.presence_penalty)
+    }
+
+    fn frequency(&self) -> f32 {
+        finite_or_zero(self.frequency_penalty)
+    }
+
+    fn has_penalties(&self) -> bool {
+        self.repetition().is_some() || self.presence() != 0.0 || self.frequency() != 0.0
+    }
+}
+
+fn finite_or_zero(x: f32) -> f32 {
+    if x.is_finite() { x } else { 0.0 }
+}
+
+/// One token still in the running. `score` is the temperature-scaled logit
+/// until the final step, where it is overwritten by the unnormalised
+/// probability `exp(logit - max)`.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    id: u32,
+    score: f32,
+}
+
+/// Highest score first, then lowest id: a total order on candidates (NaNs
+/// are never candidates), so the result does not depend on the sort used.
+fn by_score_desc(a: &Candidate, b: &Candidate) -> Ordering {
+    b.score.total_cmp(&a.score).then(b.id.cmp(&a.id))
+}
+
+/// Turns logits rows into token ids under one [`SamplerConfig`]; owns the
+/// RNG stream and the scratch buffers of one sequence.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    cfg: SamplerConfig,
+    rng: ChaCha8Rng,
+    /// The logits row after penalties (only used when penalties are on).
+    penalised: Vec<f32>,
+    /// Sorted copy of the history, to count occurrences without a map.
+    history_sorted: Vec<u32>,
+    candidates: Vec<Candidate>,
+}
+
+impl Sampler {
+    pub fn new(cfg: SamplerConfig) -> Self {
+        Self {
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            cfg,
+            penalised: Vec::new(),
+            history_sorted: Vec::new(),
+            candidates: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &SamplerConfig {
+        &self.cfg
+    }
+
+    /// Picks the next token id from one logits row. `history` holds the ids
+    /// seen so far (prompt and generated) and only matters for penalties.
+    /// See the module documentation for the pipeline and the edge cases.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let greedy = self.cfg.is_greedy();
+        // Drawn up front so every non-greedy call advances the stream by
+        // exactly one step, whatever happens below.
+        let u = if greedy { 0.0 } else { unit_f64(&mut self.rng) };
+        if logits.is_empty() {
+            return 0;
+        }
+
+        let logits: &[f32] = if self.cfg.has_penalties() && !history.is_empty() {
+            self.penalised.clear();
+            self.penalised.extend_from_slice(logits);
+            apply_penalties(
+                &self.cfg,
+                &mut self.penalised,
+                history,
+                &mut self.history_sorted,
+            );
+            &self.penalised
+        } else {
+            logits
+        };
+        if greedy {
+            return argmax(logits);
+        }
+
+        // Temperature; NaN and -inf can never be drawn, so they are dropped.
+        let t = self.cfg.temperature;
+        let cand = &mut self.candidates;
+        cand.clear();
+        let mut any_pos_inf = false;
+        for (id, &l) in logits.iter().enumerate() {
+            let score = l / t;
+            if score > f32::NEG_INFINITY {
+                any_pos_inf |= score == f32::INFINITY;
+                cand.push(Candidate {
+                    id: id as u32,
+                    score,
+                });
+            }
+        }
+        if cand.is_empty() {
+            return argmax(logits);
+        }
+        if any_pos_inf {
+            // Softmax tends to uniform over the +inf entries.
+            cand.retain(|c| c.score == f32::INFINITY);
+            cand.iter_mut().for_each(|c| c.score = 0.0);
+        }
+
+        let mut sorted = false;
+        let k = self.cfg.top_k;
+        if k > 0 && k < cand.len() {
+            cand.select_nth_unstable_by(k - 1, by_score_desc);
+            cand.truncate(k);
+            cand.sort_unstable_by(by_score_desc);
+            sorted = true;
+        }
+
+        let top_p = self.cfg.top_p;
+        if top_p < 1.0 && cand.len() > 1 {
+            if !sorted {
+                // Full sort of the vocabulary: only when top-k is off.
+                cand.sort_unstable_by(by_score_desc);
+                sorted = true;
+            }
+            let max = f64::from(cand[0].score);
+            let total: f64 = cand.iter().map(|c| weight(c.score, max)).sum();
+            let target = f64::from(top_p) * total;
+            let mut cum = 0.0;
+            let mut keep = cand.len();
+            for (i, c) in cand.iter().enumerate() {
+                cum += weight(c.score, max);
+                if cum >= target {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cand.truncate(keep);
+        }
+
+        let max = f64::from(if sorted {
+            cand[0].score
+        } else {
+            cand.iter()
+                .map(|c| c.score)
+                .fold(f32::NEG_INFINITY, f32::max)
+        });
+
+        let min_p = self.cfg.min_p;
+        if min_p > 0.0 && min_p.is_finite() {
+            // prob >= min_p * max_prob  <=>  exp(logit - max) >= min_p. The
+            // top token has weight exactly 1, so clamping keeps it.
+            let threshold = f64::from(min_p).min(1.0);
+            if sorted {
+                let keep = cand
+                    .iter()
+                    .position(|c| weight(c.score, max) < threshold)
+                    .unwrap_or(cand.len())
+                    .max(1);
+                cand.truncate(keep);
+            } else {
+                cand.retain(|c| weight(c.score, max) >= threshold);
+            }
+        }
+
+        // Draw: scores become unnormalised probabilities.
+        let mut total = 0.0f64;
+        for c in cand.iter_mut() {
+            c.score = weight(c.score, max) as f32;
+            total += f64::from(c.score);
+        }
+        let r = u * total;
+        let mut cum = 0.0f64;
+        for c in cand.iter() {
+            cum += f64::from(c.score);
+            if r < cum {
+                return c.id;
+            }
+        }
+        // Only reachable through rounding at the very top of the range.
+        cand.last().map_or(0, |c| c.id)
+    }
+}
+
+/// Unnormalised probability of a scaled logit relative to the maximum.
+fn weight(score: f32, max: f64) -> f64 {
+    (f64::from(score) - max).exp()
+}
+
+/// Uniform in `[0, 1)` from the top 53 bits of one `u64`.
+fn unit_f64(rng: &mut ChaCha8Rng) -> f64 {
+    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Applies repetition, presence and frequency penalties in place.
+/// `scratch` is reused to count occurrences by sorting.
+fn apply_penalties(
+    cfg: &SamplerConfig,
+    logits: &mut [f32],
+    history: &[u32],
+    scratch: &mut Vec<u32>,
+) {
+    let repetition = cfg.repetition();
+    let presence = cfg.presence();
+    let frequency = cfg.frequency();
+    scratch.clear();
+    scratch.extend_from_slice(history);
+    scratch.sort_unstable();
+    for run in scratch.chunk_by(|a, b| a == b) {
+        let Some(l) = logits.get_mut(run[0] as usize) else {
+            break; // sorted: every later id is out of range too
+        };
+        if let Some(p) = repetition {
+            *l = if *l < 0.0 { *l * p } else { *l / p };
+        }
+        *l -= presence + frequency * run.len() as f32;
+    }
+}
+
+/// Index of the first maximum of `logits`. NaN never wins; empty or all-NaN
+/// input gives `0`, all `-inf` gives `0`.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        let better = match best {
+            None => !v.is_nan(),
+            Some((_, b)) => v > b,
+        };
+        if better {
+            best = Some((i, v));
+        }
+    }
+    best.map_or(0, |(i, _)| i as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(temperature: f32) -> SamplerConfig {
+        SamplerConfig {
+            temperature,
+            seed: 42,
+            ..SamplerConfig::default()
+        }
+    }
+
+    fn ln(probs: &[f32]) -> Vec<f32> {
+        probs.iter().map(|p| p.ln()).collect()
+    }
+
+    /// Empirical frequencies of each id over `n` draws.
+    fn frequencies(cfg: SamplerConfig, logits: &[f32], n: usize) -> Vec<f64> {
+        let mut s = Sampler::new(cfg);
+        let mut counts = vec![0usize; logits.len()];
+        for _ in 0..n {
+            counts[s.sample(logits, &[]) as usize] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / n as f64).collect()
+    }
+
+    fn random_logits(seed: u64, n: usize) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| (unit_f64(&mut rng) * 20.0 - 10.0) as f32)
+            .collect()
+    }
+
+    fn assert_close(got: &[f64], want: &[f64], tol: f64) {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() <= tol,
+                "id {i}: got {g}, want {w} (+-{tol}); all {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn argmax_first_max_and_nan_safe() {
+        assert_eq!(argmax(&[1.0, 3.0, 2.0, 3.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 1.0, f32::NAN, 0.5]), 1);
+        assert_eq!(argmax(&[0.5, f32::NAN, 2.0]), 2);
+        assert_eq!(argmax(&[-1.0, f32::NAN]), 0);
+        assert_eq!(argmax(&[]), 0);
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 3]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, -1e30, f32::NEG_INFINITY]), 1);
+    }
+
+    #[test]
+    fn greedy_is_argmax() {
+        let mut s = Sampler::new(SamplerConfig::default());
+        for seed in 0..20 {
+            let logits = random_logits(seed, 1000);
+            assert_eq!(s.sample(&logits, &[]), argmax(&logits));
+        }
+        // Tiny temperatures are greedy too.
+        let mut s = Sampler::new(cfg(1e-7));
+        let logits = [0.0, 0.1, 0.0999];
+        for _ in 0..100 {
+            assert_eq!(s.sample(&logits, &[]), 1);
+        }
+    }
+
+    #[test]
+    fn repetition_penalty_values() {
+        let c = SamplerConfig {
+            repetition_penalty: 2.0,
+            ..SamplerConfig::default()
+        };
+        let mut l = vec![3.0, -1.0, 2.0, -4.0];
+        // id 0 twice (penalised once), id 1 once, id 9 out of range.
+        apply_penalties(&c, &mut l, &[0, 1, 0, 9], &mut Vec::new());
+        assert_eq!(l, vec![1.5, -2.0, 2.0, -4.0]);
+    }
+
+    #[test]
+    fn repetition_penalty_flips_argmax() {
+        let c = SamplerConfig {
+            repetition_penalty: 2.0,
+            ..SamplerConfig::default()
+        };
+        let mut s = Sampler::new(c);
+        // Positive: 3.0 / 2 = 1.5 < 2.0.
+        assert_eq!(s.sample(&[3.0, 2.0, 0.0], &[]), 0);
+        assert_eq!(s.sample(&[3.0, 2.0, 0.0], &[0]), 1);
+        // Negative: -1.0 * 2 = -2.0 < -1.5 (dividing would make it win more).
+        assert_eq!(s.sample(&[-1.0, -1.5, -3.0], &[]), 0);
+        assert_eq!(s.sample(&[-1.0, -1.5, -3.0], &[0]), 1);
+    }
+
+    #[test]
+    fn presence_and_frequency_values() {
+        let c = SamplerConfig {
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            ..SamplerConfig::default()
+        };
+        let mut l = vec![1.0; 4];
+        apply_penalties(&c, &mut l, &[0, 0, 3, 0, 1], &mut Vec::new());
+        // id 0: 1 - 0.5 - 3 * 0.25; id 1 and 3: 1 - 0.5 - 0.25; id 2 unseen.
+        assert_eq!(l, vec![-0.25, 0.25, 1.0, 0.25]);
+
+        // Frequency alone flips the argmax: 2.0 - 2 * 0.15 = 1.7 < 1.8.
+        let mut s = Sampler::new(SamplerConfig {
+            frequency_penalty: 0.15,
+            ..SamplerConfig::default()
+        });
+        assert_eq!(s.sample(&[2.0, 1.8], &[0]), 0);
+        assert_eq!(s.sample(&[2.0, 1.8], &[0, 0]), 1);
+        // Presence alone: 2.0 - 0.3 = 1.7 < 1.8, however often it occurred.
+        let mut s = Sampler::new(SamplerConfig {
+            presence_penalty: 0.3,
+            ..SamplerConfig::default()
+        });
+        assert_eq!(s.sample(&[2.0, 1.8], &[1]), 0);
+        assert_eq!(s.sample(&[2.0, 1.8], &[0]), 1);
+    }
+
+    #[test]
+    fn penalties_apply_before_sampling() {
+        // Without penalties id 0 has ~all the mass; with it banned-ish, id 1.
+        let mut s = Sampler::new(SamplerConfig {
+            frequency_penalty: 100.0,
+            ..cfg(1.0)
+        });
+        for _ in 0..200 {
+            assert_eq!(s.sample(&[10.0, 0.0, -10.0], &[0]), 1);
+        }
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_at_any_temperature() {
+        for (i, &t) in [1e-3, 0.1, 0.7, 1.0, 5.0, 1e3, 1e6].iter().enumerate() {
+            let mut s = Sampler::new(SamplerConfig { top_k: 1, ..cfg(t) });
+            for j in 0..20 {
+                let logits = random_logits(100 * i as u64 + j, 1000);
+                assert_eq!(s.sample(&logits, &[]), argmax(&logits), "t={t}");
+            }
+        }
+    }
+
+    #[test]
+    fn top_k_keeps_k_best_on_full_vocab() {
+        let mut logits = random_logits(7, 201_000);
+        for l in &mut logits {
+            *l = l.min(5.0);
+        }
+        logits[123_456] = 8.0;
+        logits[7] = 8.0 - 2f32.ln(); // half as likely as 123_456
+        logits[200_999] = 8.0 - 4f32.ln(); // a quarter as likely
+        let c = SamplerConfig {
+            top_k: 3,
+            ..cfg(1.0)
+        };
+        let f = frequencies(c, &logits, 2000);
+        let mut want = vec![0.0; logits.len()];
+        want[123_456] = 4.0 / 7.0;
+        want[7] = 2.0 / 7.0;
+        want[200_999] = 1.0 / 7.0;
+        assert_close(&f, &want, 0.04);
+    }
+
+    #[test]
+    fn top_k_ties_go_to_lower_ids() {
+        let c = SamplerConfig {
+            top_k: 3,
+            ..cfg(1.0)
+        };
+        let f = frequencies(c, &[0.0; 10], 3000);
+        let third = 1.0 / 3.0;
+        let mut want = vec![0.0; 10];
+        want[..3].fill(third);
+        assert_close(&f, &want, 0.04);
+    }
+
+    #[test]
+    fn top_p_keeps_exactly_two() {
+        // Cumulative 0.5, 0.8 >= 0.75: keeps ids 0 and 3, renormalised to
+        // 0.625 / 0.375.
+        let logits = ln(&[0.5, 0.1, 0.1, 0.3]);
+        let c = SamplerConfig {
+            top_p: 0.75,
+            ..cfg(1.0)
+        };
+        let f = frequencies(c, &logits, 1000);
+        assert_eq!(f[1] + f[2], 0.0, "{f:?}");
+        assert_close(&f, &[0.625, 0.0, 0.0, 0.375], 0.05);
+    }
+
+    #[test]
+    fn top_p_tiny_keeps_one() {
+        let logits = ln(&[0.2, 0.5, 0.3]);
+        for top_p in [0.0, 1e-3, 0.5] {
+            let c = SamplerConfig { top_p, ..cfg(1.0) };
+            assert_eq!(frequencies(c, &logits, 200), vec![0.0, 1.0, 0.0]);
+        }
+    }
+
+    #[test]
+    fn top_p_renormalises_after_top_k() {
+        // top_k = 2 leaves {0: 4/7, 1: 3/7}; top_p = 0.5 then keeps only
+        // id 0. On the raw distribution top_p = 0.5 would keep two.
+        let logits = ln(&[0.4, 0.3, 0.2, 0.1]);
+        let c = SamplerConfig {
+            top_k: 2,
+            top_p: 0.5,
+            ..cfg(1.0)
+        };
+        assert_eq!(frequencies(c, &logits, 300), vec![1.0, 0.0, 0.0, 0.0]);
+        let c = SamplerConfig {
+            top_p: 0.5,
+            ..cfg(1.0)
+        };
+        assert_close(
+            &frequencies(c, &logits, 2000),
+            &[4.0 / 7.0, 3.0 / 7.0, 0.0, 0.0],
+            0.04,
+        );
+    }
+
+    #[test]
+    fn min_p_excludes_below_threshold() {
+        // min_p = 0.25: threshold 0.125 -> keeps 0.5, 0.3, 0.15; drops 0.05.
+        let probs = [0.3, 0.05, 0.5, 0.15];
+        let c = SamplerConfig {
+            min_p: 0.25,
+            ..cfg(1.0)
+        };
+        let f = frequencies(c, &ln(&probs), 3000);
+        assert_eq!(f[1], 0.0, "{f:?}");
+        assert_close(&f, &[0.3 / 0.95, 0.0, 0.5 / 0.95, 0.15 / 0.95], 0.04);
+        // min_p = 0.5: threshold 0.25 -> keeps 0.5 and 0.3, also with a
+        // top-p that does not cut anything (sorted path).
+        for top_p in [1.0, 0.999] {
+            let c = SamplerConfig {
+                min_p: 0.5,
+                top_p,
+                ..cfg(1.0)
+            };
+            let f = frequencies(c, &ln(&probs), 3000);
+            assert_close(&f, &[0.375, 0.0, 0.625, 0.0], 0.04);
+        }
+        // min_p above 1 still keeps the top token.
+        let c = SamplerConfig {
+            min_p: 3.0,
+            ..cfg(1.0)
+        };
+        assert_eq!(frequencies(c, &ln(&probs), 100), vec![0.0, 0.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn seed_determines_sequence() {
+        let logits = random_logits(3, 50)
+            .iter()
+            .map(|l| l / 10.0)
+            .collect::<Vec<_>>();
+        let run = |seed: u64| {
+            let mut s = Sampler::new(SamplerConfig { seed, ..cfg(1.0) });
+            (0..200).map(|_| s.sample(&logits, &[])).collect::<Vec<_>>()
+        };
+        let a = run(1);
+        assert_eq!(a, run(1));
+        assert_ne!(a, run(2));
+        // Not a constant sequence either.
+        assert!(a.iter().any(|&t| t != a[0]));
+        // A cloned sampler continues the same stream.
+        let mut s = Sampler::new(SamplerConfig {
+            seed: 5,
+            ..cfg(1.0)
+        });
+        s.sample(&logits, &[]);
+        let mut t = s.clone();
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits, &[]), t.sample(&logits, &[]));
+        }
+    }
+
+    #[test]
+    fn temperature_reshapes_distribution() {
+        let logits = [2.0, 1.0, 0.0];
+        let softmax = |t: f64| {
+            let e: Vec<f64> = logits.iter().map(|&l| (f64::from(l) / t).exp()).collect();
+            let z: f64 = e.iter().sum();
+            e.iter().map(|x| x / z).collect::<Vec<_>>()
+        };
+        let mut p0 = Vec::new();
+        for t in [0.5f32, 1.0, 2.0] {
+            let f = frequencies(cfg(t), &logits, 3000);
+            assert_close(&f, &softmax(f64::from(t)), 0.03);
+            p0.push(f[0]);
+        }
+        // Lower temperature sharpens: the top token gets more likely.
+        assert!(p0[0] > p0[1] + 0.1 && p0[1] > p0[2] + 0.1, "{p0:?}");
+    }
+
+    #[test]
+    fn degenerate_logits_do_not_panic() {
+        for c in [SamplerConfig::default(), cfg(1.0)] {
+            let mut s = Sampler::new(SamplerConfig {
+                top_k: 2,
+                top_p: 0.9,
+                min_p: 0.1,
+                repetition_penalty: 1.3,
+                ..c
+            });
+            assert_eq!(s.sample(&[], &[1, 2]), 0);
+            assert_eq!(s.sample(&[f32::NEG_INFINITY; 4], &[0]), 0);
+            assert_eq!(s.sample(&[f32::NAN; 4], &[]), 0);
+            for _ in 0..50 {
+                assert_eq!(s.sample(&[f32::NAN, -5.0, f32::NAN], &[]), 1);
+            }
+        }
+        // +inf entries share the mass uniformly.
+        let inf = f32::INFINITY;
+        let f = frequencies(cfg(1.0), &[inf, 0.0, inf, 1e30], 2000);
+        assert_close(&f, &[0.5, 0.0, 0.5, 0.0], 0.04);
+    }
+
+    #[test]
+    fn config_serde_defaults() {
+        let c: SamplerConfig = serde_json::from_str(r#"{"temperature":0.7,"top_k":40}"#).unwrap();
+        assert_eq!(
+            c,
+            SamplerConfig {
+                temperature: 0.7,
+                top_k: 40,
+                ..SamplerConfig::default()
+            }
+        );
+        let back: SamplerConfig =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+}

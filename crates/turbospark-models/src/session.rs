@@ -13,20 +13,54 @@ pub struct Session<'m, B: Backend> {
     be: &'m B,
     model: &'m dyn CausalLm<B>,
     cache: KvCache<B>,
+    /// Every token fed so far, in order (for prompt-prefix reuse).
+    fed: Vec<u32>,
 }
 
 impl<'m, B: Backend> Session<'m, B> {
     pub fn new(be: &'m B, model: &'m dyn CausalLm<B>, max_context: usize, max_chunk: usize) -> Self {
         let cache = KvCache::new(be, model.spec(), max_context, max_chunk);
-        Session { be, model, cache }
+        Session {
+            be,
+            model,
+            cache,
+            fed: Vec::new(),
+        }
     }
 
     pub fn position(&self) -> usize {
         self.cache.len()
     }
 
+    pub fn max_context(&self) -> usize {
+        self.cache.max_context()
+    }
+
     pub fn reset(&mut self) {
         self.cache.clear(self.be, self.model.spec());
+        self.fed.clear();
+    }
+
+    /// The tokens fed so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.fed
+    }
+
+    /// Keeps the longest prefix of the fed tokens that `prompt` starts with
+    /// and returns the part of `prompt` still to feed. Reuses the cache
+    /// across chat turns; at least one token is always left to feed so that
+    /// there are logits to sample from.
+    pub fn reuse_prefix<'p>(&mut self, prompt: &'p [u32]) -> &'p [u32] {
+        let common = self
+            .fed
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len().saturating_sub(1));
+        self.cache.truncate(common);
+        self.fed.truncate(common);
+        &prompt[common..]
     }
 
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
@@ -54,6 +88,7 @@ impl<'m, B: Backend> Session<'m, B> {
         let mut out = Vec::new();
         for chunk in tokens.chunks(self.cache.max_chunk()) {
             let logits = self.model.forward(self.be, chunk, &mut self.cache, all_logits)?;
+            self.fed.extend_from_slice(chunk);
             if all_logits {
                 out.extend(self.be.to_host(&logits));
             } else {

@@ -1,0 +1,91 @@
+//! A model directory opened for generation: weights on a backend, the
+//! tokenizer (optional: fixture models have none), the chat template
+//! (optional) and generation defaults.
+
+use std::path::{Path, PathBuf};
+
+use turbospark_backend::Backend;
+use turbospark_models::{CausalLm, Session, load_model, loader::Progress};
+use turbospark_text::{ChatTemplate, GenerationConfig, Message, Tokenizer};
+
+use crate::error::{EngineError, Result};
+
+pub struct Engine<B: Backend> {
+    pub be: B,
+    pub model: Box<dyn CausalLm<B>>,
+    pub tokenizer: Option<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub gen_config: GenerationConfig,
+    pub dir: PathBuf,
+}
+
+impl<B: Backend + 'static> Engine<B> {
+    pub fn load(be: B, dir: &Path, progress: Progress<'_>) -> Result<Self> {
+        let model = load_model(&be, dir, progress)?;
+        let tokenizer = if dir.join("tokenizer.json").exists() {
+            Some(Tokenizer::from_dir(dir)?)
+        } else {
+            None
+        };
+        Ok(Engine {
+            be,
+            model,
+            tokenizer,
+            template: ChatTemplate::from_dir(dir)?,
+            gen_config: GenerationConfig::from_dir(dir)?,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// A new sequence with room for `max_context` positions.
+    pub fn session(&self, max_context: usize) -> Session<'_, B> {
+        let ctx = max_context.max(1);
+        Session::new(&self.be, self.model.as_ref(), ctx, PREFILL_CHUNK.min(ctx))
+    }
+
+    /// Token ids that end generation: generation_config.json's, else config.json's.
+    pub fn eos_ids(&self) -> Vec<u32> {
+        if self.gen_config.eos_token_ids.is_empty() {
+            self.model.spec().eos_token_ids.clone()
+        } else {
+            self.gen_config.eos_token_ids.clone()
+        }
+    }
+
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            EngineError::Usage(format!(
+                "{}: no tokenizer.json; pass token ids with --prompt-tokens",
+                self.dir.display()
+            ))
+        })
+    }
+
+    /// Prompt ids for plain text (special tokens such as BOS added as the
+    /// tokenizer defines).
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.tokenizer()?.encode(text, true)?)
+    }
+
+    /// Prompt ids for a conversation rendered through the chat template. The
+    /// template writes BOS itself, so the tokenizer adds no special tokens.
+    pub fn encode_chat(
+        &self,
+        messages: &[Message],
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Vec<u32>> {
+        let template = self.template.as_ref().ok_or_else(|| {
+            EngineError::Usage(format!(
+                "{}: no chat template (chat_template.jinja or tokenizer_config.json); drop --chat",
+                self.dir.display()
+            ))
+        })?;
+        let text = template.render(messages, true, None, extra)?;
+        Ok(self.tokenizer()?.encode(&text, false)?)
+    }
+}
+
+/// Prompt tokens per batched forward call. Large enough that prefill runs
+/// as matrix-matrix products; bounded so activations and the sliding ring
+/// (`window + chunk` rows) stay small.
+pub const PREFILL_CHUNK: usize = 512;

@@ -1,0 +1,172 @@
+//! Command-line arguments (clap derive). Flags follow llama.cpp and vLLM
+//! names where a user would look for them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "turbospark", version, about = "Fast, exact LLM inference")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Generate a continuation of a prompt and stream it to stdout.
+    Run(RunArgs),
+    /// Write the logits of every position of a token sequence to a .npy file.
+    Logits(LogitsArgs),
+    /// Chat with a model in the terminal through its chat template.
+    Chat(ChatArgs),
+    /// Print a model's architecture, size, dtypes and memory needs.
+    Inspect(InspectArgs),
+    /// Print the token ids of a text.
+    Tokenize(TokenizeArgs),
+    /// Write a random-weight checkpoint with a real model's shapes.
+    Synth(SynthArgs),
+    /// Measure prefill and decode speed.
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Device {
+    Cpu,
+    Cuda,
+    Auto,
+}
+
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Model directory (config.json, *.safetensors, tokenizer.json).
+    #[arg(long, short = 'm')]
+    pub model: PathBuf,
+    /// Where to run.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: Device,
+    /// CPU threads (default: all cores).
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+    /// Context length in tokens (default: the model's, at most 8192).
+    #[arg(long, short = 'c')]
+    pub context: Option<usize>,
+}
+
+#[derive(Args, Clone)]
+pub struct SamplingArgs {
+    /// Maximum tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 256)]
+    pub max_tokens: usize,
+    /// 0 = greedy. Default: generation_config.json's when it samples, else greedy.
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    #[arg(long, alias = "repeat-penalty")]
+    pub repetition_penalty: Option<f32>,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    #[arg(long, short = 's', default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when this text appears (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The prompt text.
+    #[arg(long, short = 'p', conflicts_with = "prompt_tokens")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids: 1,2,3.
+    #[arg(long, value_delimiter = ',')]
+    pub prompt_tokens: Option<Vec<u32>>,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message (with --chat).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LogitsArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Token ids: 1,2,3.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub tokens: Vec<u32>,
+    /// Output .npy file (float32, [n_tokens, vocab]).
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+}
+
+#[derive(Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// System message for the conversation.
+    #[arg(long)]
+    pub system: Option<String>,
+}
+
+#[derive(Args)]
+pub struct InspectArgs {
+    /// Model directory.
+    pub dir: PathBuf,
+}
+
+#[derive(Args)]
+pub struct TokenizeArgs {
+    #[arg(long, short = 'm')]
+    pub model: PathBuf,
+    /// Text to tokenize.
+    pub text: String,
+    /// Do not add special tokens such as BOS.
+    #[arg(long)]
+    pub no_special: bool,
+}
+
+#[derive(Args)]
+pub struct SynthArgs {
+    /// A real model's shape.
+    #[arg(long, value_enum)]
+    pub preset: crate::cmd::synth::Preset,
+    /// Output directory.
+    #[arg(long, short = 'o')]
+    pub out: PathBuf,
+    /// Keep only this many layers (same layer shapes).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value_t = 128)]
+    pub prompt_len: usize,
+    #[arg(long, default_value_t = 32)]
+    pub gen_len: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}

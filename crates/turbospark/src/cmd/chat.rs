@@ -1,0 +1,78 @@
+//! `turbospark chat`: an interactive conversation through the model's chat
+//! template. History is kept (the KV cache of earlier turns is reused when
+//! the rendered conversation extends what was already fed); `/reset` starts
+//! over, `/exit` or end of input leaves, Ctrl-C stops the current answer.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Result;
+use turbospark_engine::GenParams;
+use turbospark_text::Message;
+
+use super::{context_len, load_engine, sampler_config};
+use crate::args::ChatArgs;
+
+pub fn main(a: ChatArgs) -> Result<()> {
+    let engine = load_engine(&a.model)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    {
+        let cancel = cancel.clone();
+        ctrlc::set_handler(move || cancel.store(true, Ordering::Relaxed))?;
+    }
+    let params = GenParams {
+        max_tokens: a.sampling.max_tokens,
+        sampler: sampler_config(&a.sampling, &engine.gen_config),
+        stop: a.sampling.stop.clone(),
+    };
+    let mut session = engine.session(context_len(&a.model, &engine));
+    let fresh = || -> Vec<Message> {
+        a.system
+            .iter()
+            .map(|s| Message::new("system", s))
+            .collect()
+    };
+    let mut history = fresh();
+    eprintln!("chatting with {} (/reset, /exit; Ctrl-C stops an answer)", a.model.model.display());
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    loop {
+        print!("> ");
+        stdout.flush()?;
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            println!();
+            return Ok(());
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.trim() {
+            "" => continue,
+            "/exit" | "/quit" => return Ok(()),
+            "/reset" => {
+                history = fresh();
+                session.reset();
+                eprintln!("(conversation cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        history.push(Message::new("user", line));
+        let prompt = engine.encode_chat(&history, &Default::default())?;
+        let todo = session.reuse_prefix(&prompt).to_vec();
+        cancel.store(false, Ordering::Relaxed);
+        let result = engine.generate(&mut session, &todo, &params, Some(&cancel), |piece| {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        });
+        println!();
+        match result {
+            Ok(out) => history.push(Message::new("assistant", out.text.trim())),
+            Err(e) => {
+                // Keep the conversation usable: drop the turn that failed.
+                eprintln!("turbospark: error: {e}");
+                history.pop();
+            }
+        }
+    }
+}
