@@ -28,6 +28,14 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// A method (not a field access) so closures capture the whole `Send`
+    /// wrapper rather than the raw pointer inside it.
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
 thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
@@ -54,13 +62,12 @@ pub fn linear(x: &[f32], n: usize, w: &CpuWeight, bias: Option<&[f32]>, out: &mu
 fn linear_dot(x: &[f32], n: usize, k: usize, m: usize, w: &CpuWeight, out: &mut [f32]) {
     let ptr = OutPtr(out.as_mut_ptr());
     (0..m.div_ceil(DOT_BAND)).into_par_iter().for_each(|band| {
-        let ptr = ptr;
         let rows = band * DOT_BAND..((band + 1) * DOT_BAND).min(m);
         for r in rows {
             for t in 0..n {
                 let v = w.dot_row(r, &x[t * k..(t + 1) * k]);
                 // SAFETY: (t, r) is written by exactly this task.
-                unsafe { *ptr.0.add(t * m + r) = v };
+                unsafe { *ptr.at(t * m + r) = v };
             }
         }
     });
@@ -68,49 +75,50 @@ fn linear_dot(x: &[f32], n: usize, k: usize, m: usize, w: &CpuWeight, out: &mut 
 
 fn linear_gemm(x: &[f32], n: usize, k: usize, m: usize, w: &CpuWeight, out: &mut [f32]) {
     let ptr = OutPtr(out.as_mut_ptr());
-    (0..m.div_ceil(GEMM_BLOCK)).into_par_iter().for_each(|block| {
-        let ptr = ptr;
-        let r0 = block * GEMM_BLOCK;
-        let rows = GEMM_BLOCK.min(m - r0);
-        let run = |wblock: &[f32]| {
-            // dst[t, j] = Σ_kk x[t, kk] · W[r0 + j, kk]; dst is out's columns
-            // r0..r0+rows with row stride m.
-            // SAFETY: all pointers and strides describe in-bounds matrices:
-            // x is [n, k], wblock is [rows, k], the dst block lies inside out.
-            unsafe {
-                gemm::gemm(
-                    n,
-                    rows,
-                    k,
-                    ptr.0.add(r0),
-                    1,
-                    m as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    wblock.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
+    (0..m.div_ceil(GEMM_BLOCK))
+        .into_par_iter()
+        .for_each(|block| {
+            let r0 = block * GEMM_BLOCK;
+            let rows = GEMM_BLOCK.min(m - r0);
+            let run = |wblock: &[f32]| {
+                // dst[t, j] = Σ_kk x[t, kk] · W[r0 + j, kk]; dst is out's columns
+                // r0..r0+rows with row stride m.
+                // SAFETY: all pointers and strides describe in-bounds matrices:
+                // x is [n, k], wblock is [rows, k], the dst block lies inside out.
+                unsafe {
+                    gemm::gemm(
+                        n,
+                        rows,
+                        k,
+                        ptr.at(r0),
+                        1,
+                        m as isize,
+                        false,
+                        x.as_ptr(),
+                        1,
+                        k as isize,
+                        wblock.as_ptr(),
+                        k as isize,
+                        1,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                }
+            };
+            match &w.data {
+                WeightData::F32(v) => run(&v[r0 * k..(r0 + rows) * k]),
+                _ => SCRATCH.with(|s| {
+                    let mut s = s.borrow_mut();
+                    s.resize(rows * k, 0.0);
+                    w.read_f32(r0 * k, &mut s[..rows * k]);
+                    run(&s[..rows * k]);
+                }),
             }
-        };
-        match &w.data {
-            WeightData::F32(v) => run(&v[r0 * k..(r0 + rows) * k]),
-            _ => SCRATCH.with(|s| {
-                let mut s = s.borrow_mut();
-                s.resize(rows * k, 0.0);
-                w.read_f32(r0 * k, &mut s[..rows * k]);
-                run(&s[..rows * k]);
-            }),
-        }
-    });
+        });
 }
 
 #[cfg(test)]
@@ -134,20 +142,38 @@ mod tests {
     #[test]
     fn both_regimes_match_a_plain_loop_for_every_dtype() {
         for &(n, m, k) in &[(1, 5, 7), (3, 70, 33), (4, 65, 40), (9, 130, 64)] {
-            let x: Vec<f32> = (0..n * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
-            let wv: Vec<f32> = (0..m * k).map(|i| ((i * 11 % 17) as f32 - 8.0) / 7.0).collect();
+            let x: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
+                .collect();
+            let wv: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 11 % 17) as f32 - 8.0) / 7.0)
+                .collect();
             // Round through bf16 so every format holds the same values.
-            let wv: Vec<f32> = wv.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
+            let wv: Vec<f32> = wv
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_f32())
+                .collect();
             let expected = reference(&x, n, &wv, m, k);
             let shape = vec![m, k];
             let weights = [
-                CpuWeight { data: WeightData::F32(wv.clone()), shape: shape.clone() },
                 CpuWeight {
-                    data: WeightData::BF16(wv.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()),
+                    data: WeightData::F32(wv.clone()),
                     shape: shape.clone(),
                 },
                 CpuWeight {
-                    data: WeightData::F16(wv.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect()),
+                    data: WeightData::BF16(
+                        wv.iter()
+                            .map(|&v| half::bf16::from_f32(v).to_bits())
+                            .collect(),
+                    ),
+                    shape: shape.clone(),
+                },
+                CpuWeight {
+                    data: WeightData::F16(
+                        wv.iter()
+                            .map(|&v| half::f16::from_f32(v).to_bits())
+                            .collect(),
+                    ),
                     shape: shape.clone(),
                 },
             ];
@@ -157,7 +183,10 @@ mod tests {
                 linear(&x, n, w, Some(&bias), &mut out);
                 for (i, (&o, &e)) in out.iter().zip(&expected).enumerate() {
                     let e = e + bias[i % m];
-                    assert!((o - e).abs() <= 1e-4 * (1.0 + e.abs()), "n={n} m={m} k={k} i={i}: {o} vs {e}");
+                    assert!(
+                        (o - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                        "n={n} m={m} k={k} i={i}: {o} vs {e}"
+                    );
                 }
             }
         }

@@ -53,22 +53,24 @@ pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
 /// cos/sin are multiplied by the attention factor before use.
 pub fn rope(x: &mut [f32], width: usize, head_dim: usize, positions: &[u32], rope: &RopeTable) {
     let half = head_dim / 2;
-    x.par_chunks_mut(width).zip(positions).for_each(|(row, &pos)| {
-        let mut cs = Vec::with_capacity(half);
-        for &f in &rope.inv_freq {
-            let angle = pos as f32 * f;
-            cs.push((
-                angle.cos() * rope.attention_factor,
-                angle.sin() * rope.attention_factor,
-            ));
-        }
-        for head in row.chunks_exact_mut(head_dim) {
-            let (a, b) = head.split_at_mut(half);
-            for ((x1, x2), &(c, s)) in a.iter_mut().zip(b.iter_mut()).zip(&cs) {
-                let (u, v) = (*x1, *x2);
-                *x1 = u * c - v * s;
-                *x2 = v * c + u * s;
+    x.par_chunks_mut(width)
+        .zip(positions)
+        .for_each(|(row, &pos)| {
+            let mut cs = Vec::with_capacity(half);
+            for &f in &rope.inv_freq {
+                let angle = pos as f32 * f;
+                cs.push((
+                    angle.cos() * rope.attention_factor,
+                    angle.sin() * rope.attention_factor,
+                ));
             }
-        }
-    });
+            for head in row.chunks_exact_mut(head_dim) {
+                let (a, b) = head.split_at_mut(half);
+                for ((x1, x2), &(c, s)) in a.iter_mut().zip(b.iter_mut()).zip(&cs) {
+                    let (u, v) = (*x1, *x2);
+                    *x1 = u * c - v * s;
+                    *x2 = v * c + u * s;
+                }
+            }
+        });
 }

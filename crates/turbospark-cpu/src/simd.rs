@@ -210,8 +210,12 @@ mod tests {
     use super::*;
 
     fn data(n: usize) -> (Vec<f32>, Vec<f32>) {
-        let x = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
-        let w = (0..n).map(|i| ((i * 53 % 97) as f32 - 48.0) / 31.0).collect();
+        let x = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let w = (0..n)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) / 31.0)
+            .collect();
         (x, w)
     }
 
@@ -219,12 +223,27 @@ mod tests {
     fn simd_dots_match_portable_on_odd_lengths() {
         for n in [1, 7, 8, 31, 33, 64, 257] {
             let (x, w) = data(n);
-            let bf: Vec<u16> = w.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect();
-            let hf: Vec<u16> = w.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            let bf: Vec<u16> = w
+                .iter()
+                .map(|&v| half::bf16::from_f32(v).to_bits())
+                .collect();
+            let hf: Vec<u16> = w
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
             let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * (1.0 + b.abs());
-            assert!(close(dot_f32(&x, &w), dot_portable(&x, &w, |v| v)), "f32 n={n}");
-            assert!(close(dot_bf16(&x, &bf), dot_portable(&x, &bf, bf16_bits_to_f32)), "bf16 n={n}");
-            assert!(close(dot_f16(&x, &hf), dot_portable(&x, &hf, f16_bits_to_f32)), "f16 n={n}");
+            assert!(
+                close(dot_f32(&x, &w), dot_portable(&x, &w, |v| v)),
+                "f32 n={n}"
+            );
+            assert!(
+                close(dot_bf16(&x, &bf), dot_portable(&x, &bf, bf16_bits_to_f32)),
+                "bf16 n={n}"
+            );
+            assert!(
+                close(dot_f16(&x, &hf), dot_portable(&x, &hf, f16_bits_to_f32)),
+                "f16 n={n}"
+            );
             let mut out = vec![0.0; n];
             bf16_to_f32(&bf, &mut out);
             assert!(out.iter().zip(&bf).all(|(&o, &b)| o == bf16_bits_to_f32(b)));

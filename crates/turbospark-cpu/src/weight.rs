@@ -50,7 +50,7 @@ impl CpuWeight {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
 
@@ -60,7 +60,7 @@ impl CpuWeight {
     }
 
     pub fn rows(&self) -> usize {
-        self.len() / self.cols().max(1)
+        self.numel() / self.cols().max(1)
     }
 
     pub fn bytes(&self) -> usize {
@@ -82,7 +82,7 @@ impl CpuWeight {
 
     /// All values as f32 (small vectors: norms, biases).
     pub fn to_f32(&self) -> Vec<f32> {
-        let mut out = vec![0.0; self.len()];
+        let mut out = vec![0.0; self.numel()];
         self.read_f32(0, &mut out);
         out
     }

@@ -165,17 +165,20 @@ impl Checkpoint {
 
     /// Total bytes of tensor data.
     pub fn total_bytes(&self) -> u64 {
-        self.tensors.values().map(|e| (e.end - e.start) as u64).sum()
+        self.tensors
+            .values()
+            .map(|e| (e.end - e.start) as u64)
+            .sum()
     }
 
     pub fn get(&self, name: &str) -> Result<HostTensor<'_>> {
-        let (key, e) = self
-            .tensors
-            .get_key_value(name)
-            .ok_or_else(|| FormatError::MissingTensor {
-                name: name.to_string(),
-                dir: self.dir.clone(),
-            })?;
+        let (key, e) =
+            self.tensors
+                .get_key_value(name)
+                .ok_or_else(|| FormatError::MissingTensor {
+                    name: name.to_string(),
+                    dir: self.dir.clone(),
+                })?;
         Ok(HostTensor {
             name: key,
             dtype: e.dtype,

@@ -1,7 +1,7 @@
 //! config.json → [`ModelSpec`].
 //!
-//! Reads both spellings transformers writes (4.x: `rope_theta` + `rope_scaling`
-//! + `torch_dtype`; 5.x: `rope_parameters` + `dtype`) and applies each family's
+//! Reads both spellings transformers writes (4.x: `rope_theta`, `rope_scaling`,
+//! `torch_dtype`; 5.x: `rope_parameters`, `dtype`) and applies each family's
 //! defaults exactly as its transformers config class does. A value TurboSpark
 //! does not understand is an error naming the field; so is a field that is not
 //! read but would change the arithmetic (anything about rope, norms, biases,
@@ -50,10 +50,9 @@ impl<'a> Fields<'a> {
     fn usize_opt(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|x| Some(x as usize))
-                .ok_or_else(|| self.err(key, format!("expected a non-negative integer, found {v}"))),
+            Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                self.err(key, format!("expected a non-negative integer, found {v}"))
+            }),
         }
     }
 
@@ -160,9 +159,12 @@ fn read_arch(f: &Fields) -> Result<Arch> {
         return from_name(first)
             .ok_or_else(|| FormatError::Unsupported(first.to_string(), Arch::SUPPORTED.into()));
     }
-    let model_type = f
-        .str_opt("model_type")?
-        .ok_or_else(|| f.err("architectures", "neither `architectures` nor `model_type` is set"))?;
+    let model_type = f.str_opt("model_type")?.ok_or_else(|| {
+        f.err(
+            "architectures",
+            "neither `architectures` nor `model_type` is set",
+        )
+    })?;
     from_name(model_type)
         .ok_or_else(|| FormatError::Unsupported(model_type.to_string(), Arch::SUPPORTED.into()))
 }
@@ -216,7 +218,12 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
     let (bos_token_id, eos_token_ids) = read_special_tokens(f)?;
 
     // Ignored on purpose: they do not change inference arithmetic.
-    for key in ["pretraining_tp", "attention_dropout", "initializer_range", "use_cache"] {
+    for key in [
+        "pretraining_tp",
+        "attention_dropout",
+        "initializer_range",
+        "use_cache",
+    ] {
         f.get(key);
     }
 
@@ -262,7 +269,9 @@ fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<Att
     };
     let sliding = |w: Option<usize>| -> Result<AttnSpan> {
         match w {
-            Some(0) | None => Err(f.err("sliding_window", "a sliding layer needs a positive window")),
+            Some(0) | None => {
+                Err(f.err("sliding_window", "a sliding layer needs a positive window"))
+            }
             Some(window) => Ok(AttnSpan::Sliding { window }),
         }
     };
@@ -273,7 +282,10 @@ fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<Att
         if types.len() != num_layers {
             return Err(f.err(
                 "layer_types",
-                format!("has {} entries but num_hidden_layers = {num_layers}", types.len()),
+                format!(
+                    "has {} entries but num_hidden_layers = {num_layers}",
+                    types.len()
+                ),
             ));
         }
         return types
@@ -328,7 +340,9 @@ fn read_rope(f: &Fields) -> Result<RopeSpec> {
     };
     let scaling = match kind {
         "default" => RopeScaling::None,
-        "linear" => RopeScaling::Linear { factor: factor(&p)? },
+        "linear" => RopeScaling::Linear {
+            factor: factor(&p)?,
+        },
         "llama3" => RopeScaling::Llama3 {
             factor: factor(&p)?,
             low_freq_factor: p
@@ -337,14 +351,20 @@ fn read_rope(f: &Fields) -> Result<RopeSpec> {
             high_freq_factor: p
                 .f64_opt("high_freq_factor")?
                 .ok_or_else(|| p.err("high_freq_factor", "required for llama3 rope"))?,
-            original_max_positions: p
-                .f64_opt("original_max_position_embeddings")?
-                .ok_or_else(|| {
-                    p.err("original_max_position_embeddings", "required for llama3 rope")
-                })?,
+            original_max_positions: p.f64_opt("original_max_position_embeddings")?.ok_or_else(
+                || {
+                    p.err(
+                        "original_max_position_embeddings",
+                        "required for llama3 rope",
+                    )
+                },
+            )?,
         },
         other => {
-            return Err(p.err("rope_type", format!("`{other}` is not supported for this architecture")));
+            return Err(p.err(
+                "rope_type",
+                format!("`{other}` is not supported for this architecture"),
+            ));
         }
     };
     for (key, value) in map {
@@ -358,7 +378,10 @@ fn read_rope(f: &Fields) -> Result<RopeSpec> {
 fn read_dtype(f: &Fields) -> Result<DType> {
     let (key, name) = match f.str_opt("dtype")? {
         Some(d) => ("dtype", d),
-        None => ("torch_dtype", f.str_opt("torch_dtype")?.unwrap_or("float32")),
+        None => (
+            "torch_dtype",
+            f.str_opt("torch_dtype")?.unwrap_or("float32"),
+        ),
     };
     match name {
         "float32" => Ok(DType::F32),
@@ -370,9 +393,8 @@ fn read_dtype(f: &Fields) -> Result<DType> {
 
 fn read_special_tokens(f: &Fields) -> Result<(Option<u32>, Vec<u32>)> {
     let bos = f.usize_opt("bos_token_id")?.map(|x| x as u32);
-    let eos = token_list(f.get("eos_token_id")).ok_or_else(|| {
-        f.err("eos_token_id", "expected an integer or a list of integers")
-    })?;
+    let eos = token_list(f.get("eos_token_id"))
+        .ok_or_else(|| f.err("eos_token_id", "expected an integer or a list of integers"))?;
     f.get("pad_token_id");
     Ok((bos, eos))
 }

@@ -15,7 +15,8 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const SUPPORTED: &'static str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    pub const SUPPORTED: &'static str =
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
 
     pub fn name(self) -> &'static str {
         match self {

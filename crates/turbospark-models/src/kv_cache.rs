@@ -76,7 +76,10 @@ impl<B: Backend> KvCache<B> {
                 capacity: self.max_context,
             });
         }
-        assert!(n <= self.max_chunk, "forward chunk larger than the cache was sized for");
+        assert!(
+            n <= self.max_chunk,
+            "forward chunk larger than the cache was sized for"
+        );
         Ok((self.len..self.len + n).map(|p| p as u32).collect())
     }
 

@@ -38,7 +38,8 @@ impl<'a, B: Backend> Loader<'a, B> {
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
         let t = self.ckpt.get_shaped(name, shape)?;
         let w = self.be.upload(&t)?;
-        self.device.set(self.device.get() + self.be.weight_bytes(&w) as u64);
+        self.device
+            .set(self.device.get() + self.be.weight_bytes(&w) as u64);
         self.done.set(self.done.get() + t.bytes.len() as u64);
         (self.progress)(self.done.get(), self.total);
         Ok(w)
@@ -50,7 +51,12 @@ impl<'a, B: Backend> Loader<'a, B> {
     }
 
     /// Like [`tensor`](Self::tensor), or `None` when `present` is false.
-    pub fn tensor_if(&self, present: bool, name: &str, shape: &[usize]) -> Result<Option<B::Weight>> {
+    pub fn tensor_if(
+        &self,
+        present: bool,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Option<B::Weight>> {
         present.then(|| self.tensor(name, shape)).transpose()
     }
 }

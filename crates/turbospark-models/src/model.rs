@@ -41,6 +41,8 @@ pub fn load_model_with_spec<B: Backend + 'static>(
     let ckpt = Checkpoint::open(dir)?;
     let loader = Loader::new(be, &ckpt, progress);
     Ok(match spec.arch {
-        Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => Box::new(Llama::load(&loader, spec)?),
+        Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => {
+            Box::new(Llama::load(&loader, spec)?)
+        }
     })
 }

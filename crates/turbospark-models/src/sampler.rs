@@ -145,7 +145,7 @@ struct Candidate {
 /// Highest score first, then lowest id: a total order on candidates (NaNs
 /// are never candidates), so the result does not depend on the sort used.
 fn by_score_desc(a: &Candidate, b: &Candidate) -> Ordering {
-    b.score.total_cmp(&a.score).then(b.id.cmp(&a.id))
+    b.score.total_cmp(&a.score).then(a.id.cmp(&b.id))
 }
 
 /// Turns logits rows into token ids under one [`SamplerConfig`]; owns the

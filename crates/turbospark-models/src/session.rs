@@ -18,7 +18,12 @@ pub struct Session<'m, B: Backend> {
 }
 
 impl<'m, B: Backend> Session<'m, B> {
-    pub fn new(be: &'m B, model: &'m dyn CausalLm<B>, max_context: usize, max_chunk: usize) -> Self {
+    pub fn new(
+        be: &'m B,
+        model: &'m dyn CausalLm<B>,
+        max_context: usize,
+        max_chunk: usize,
+    ) -> Self {
         let cache = KvCache::new(be, model.spec(), max_context, max_chunk);
         Session {
             be,
@@ -87,7 +92,9 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         let mut out = Vec::new();
         for chunk in tokens.chunks(self.cache.max_chunk()) {
-            let logits = self.model.forward(self.be, chunk, &mut self.cache, all_logits)?;
+            let logits = self
+                .model
+                .forward(self.be, chunk, &mut self.cache, all_logits)?;
             self.fed.extend_from_slice(chunk);
             if all_logits {
                 out.extend(self.be.to_host(&logits));

@@ -9,9 +9,11 @@ impl LoadBar {
     pub fn new(what: &str) -> Self {
         let bar = ProgressBar::new(0);
         bar.set_style(
-            ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})")
-                .expect("static template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
         );
         bar.set_message(format!("loading {what}"));
         LoadBar(bar)

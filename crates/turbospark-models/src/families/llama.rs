@@ -44,7 +44,12 @@ impl<B: Backend> Llama<B> {
                 let p = format!("model.layers.{i}");
                 Ok(Layer {
                     attn_norm: l.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
-                    attn: Attention::load(l, &format!("{p}.self_attn"), &spec, spec.layer_spans[i])?,
+                    attn: Attention::load(
+                        l,
+                        &format!("{p}.self_attn"),
+                        &spec,
+                        spec.layer_spans[i],
+                    )?,
                     mlp_norm: l.tensor(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
                     mlp: GatedMlp::load(l, &format!("{p}.mlp"), &spec)?,
                 })
@@ -102,7 +107,12 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
         let mut normed = be.tensor(rows, h);
         be.rms_norm(&last, &self.norm, spec.norm_eps, &mut normed);
         let mut logits = be.tensor(rows, spec.vocab_size);
-        be.linear(&normed, self.lm_head.as_ref().unwrap_or(&self.embed), None, &mut logits);
+        be.linear(
+            &normed,
+            self.lm_head.as_ref().unwrap_or(&self.embed),
+            None,
+            &mut logits,
+        );
         Ok(logits)
     }
 

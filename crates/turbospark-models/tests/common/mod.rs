@@ -24,7 +24,8 @@ pub struct Reference {
 pub fn reference(name: &str) -> Reference {
     let dir = fixture_dir(name);
     let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
     let ids = |k: &str| -> Vec<u32> {
         json[k]
             .as_array()
@@ -101,7 +102,11 @@ pub fn assert_matches(name: &str, chunk: usize) {
     let spec = read_spec(&fixture_dir(name)).unwrap();
     let c = run(name, spec, chunk);
     let r = reference(name);
-    assert!(c.worst_rel_err <= 1e-3, "{name}: max |Δlogit|/std = {}", c.worst_rel_err);
+    assert!(
+        c.worst_rel_err <= 1e-3,
+        "{name}: max |Δlogit|/std = {}",
+        c.worst_rel_err
+    );
     assert_eq!(c.argmax_mismatches, 0, "{name}: argmax differs");
     assert_eq!(c.greedy, r.greedy, "{name}: greedy continuation differs");
 }

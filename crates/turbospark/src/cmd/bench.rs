@@ -37,8 +37,8 @@ pub fn main(a: BenchArgs) -> Result<()> {
     let decode = a.gen_len as f64 / decode_s.max(1e-9);
     // A tied embedding table is read once per token as the LM head only.
     let embed_bytes = (spec.vocab_size * spec.hidden_size * 2) as u64;
-    let weight_bytes = engine.model.weight_bytes(&engine.be)
-        - if spec.tie_embeddings { 0 } else { embed_bytes };
+    let weight_bytes =
+        engine.model.weight_bytes(&engine.be) - if spec.tie_embeddings { 0 } else { embed_bytes };
     let gbs = weight_bytes as f64 * decode / 1e9;
     let threads = rayon::current_num_threads();
     if a.json {

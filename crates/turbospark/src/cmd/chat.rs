@@ -27,14 +27,12 @@ pub fn main(a: ChatArgs) -> Result<()> {
         stop: a.sampling.stop.clone(),
     };
     let mut session = engine.session(context_len(&a.model, &engine));
-    let fresh = || -> Vec<Message> {
-        a.system
-            .iter()
-            .map(|s| Message::new("system", s))
-            .collect()
-    };
+    let fresh = || -> Vec<Message> { a.system.iter().map(|s| Message::new("system", s)).collect() };
     let mut history = fresh();
-    eprintln!("chatting with {} (/reset, /exit; Ctrl-C stops an answer)", a.model.model.display());
+    eprintln!(
+        "chatting with {} (/reset, /exit; Ctrl-C stops an answer)",
+        a.model.model.display()
+    );
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
     loop {

@@ -34,7 +34,10 @@ pub fn main(a: InspectArgs) -> Result<()> {
     );
     println!("vocabulary      {}", spec.vocab_size);
     println!("context         {}", spec.max_positions);
-    println!("rope            theta {} {:?}", spec.rope.theta, spec.rope.scaling);
+    println!(
+        "rope            theta {} {:?}",
+        spec.rope.theta, spec.rope.scaling
+    );
     println!("tied embeddings {}", spec.tie_embeddings);
     println!(
         "parameters      {:.3} B (from config.json)",

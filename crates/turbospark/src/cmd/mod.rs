@@ -27,7 +27,9 @@ pub fn load_engine(args: &ModelArgs) -> Result<Engine<Cpu>> {
     }
     if let Some(n) = args.threads {
         // Fails only if a pool already exists, which cannot happen this early.
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n.max(1)).build_global();
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n.max(1))
+            .build_global();
     }
     let name = args.model.display().to_string();
     let bar = LoadBar::new(&name);
@@ -48,19 +50,18 @@ pub fn context_len(args: &ModelArgs, engine: &Engine<Cpu>) -> usize {
 pub fn sampler_config(s: &SamplingArgs, g: &GenerationConfig) -> SamplerConfig {
     let sampled = g.do_sample.unwrap_or(false);
     SamplerConfig {
-        temperature: s
-            .temperature
-            .unwrap_or(if sampled { g.temperature.unwrap_or(1.0) } else { 0.0 }),
+        temperature: s.temperature.unwrap_or(if sampled {
+            g.temperature.unwrap_or(1.0)
+        } else {
+            0.0
+        }),
         top_k: s
             .top_k
             .or(g.top_k.filter(|_| sampled).map(|k| k as usize))
             .unwrap_or(0),
         top_p: s.top_p.or(g.top_p.filter(|_| sampled)).unwrap_or(1.0),
         min_p: s.min_p.or(g.min_p.filter(|_| sampled)).unwrap_or(0.0),
-        repetition_penalty: s
-            .repetition_penalty
-            .or(g.repetition_penalty)
-            .unwrap_or(1.0),
+        repetition_penalty: s.repetition_penalty.or(g.repetition_penalty).unwrap_or(1.0),
         presence_penalty: s.presence_penalty,
         frequency_penalty: s.frequency_penalty,
         seed: s.seed,

@@ -58,18 +58,20 @@ fn noise(n: usize, seed: u64, fill_one: bool) -> Vec<u8> {
         return half::bf16::ONE.to_le_bytes().repeat(n);
     }
     let mut out = vec![0u8; n * 2];
-    out.par_chunks_mut(1 << 16).enumerate().for_each(|(chunk, bytes)| {
-        let mut s = seed ^ (chunk as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        for b in bytes.chunks_exact_mut(2) {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            // Uniform in [-a, a] with a = 0.02·√3 has standard deviation 0.02.
-            let u = (s >> 40) as f32 / (1u64 << 24) as f32;
-            let v = (u * 2.0 - 1.0) * 0.034_641;
-            b.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());
-        }
-    });
+    out.par_chunks_mut(1 << 16)
+        .enumerate()
+        .for_each(|(chunk, bytes)| {
+            let mut s = seed ^ (chunk as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for b in bytes.chunks_exact_mut(2) {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                // Uniform in [-a, a] with a = 0.02·√3 has standard deviation 0.02.
+                let u = (s >> 40) as f32 / (1u64 << 24) as f32;
+                let v = (u * 2.0 - 1.0) * 0.034_641;
+                b.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());
+            }
+        });
     out
 }
 
@@ -108,7 +110,13 @@ pub fn main(a: SynthArgs) -> Result<()> {
     let data: Vec<Vec<u8>> = shapes
         .iter()
         .enumerate()
-        .map(|(k, (name, s))| noise(s.iter().product(), a.seed ^ (k as u64) << 32, name.contains("norm")))
+        .map(|(k, (name, s))| {
+            noise(
+                s.iter().product(),
+                a.seed ^ (k as u64) << 32,
+                name.contains("norm"),
+            )
+        })
         .collect();
     let views: HashMap<String, TensorView> = shapes
         .iter()
