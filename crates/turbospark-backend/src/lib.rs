@@ -6,7 +6,7 @@
 //! implements the same trait. This crate holds only the contract and the
 //! plain-data parameter types; it must not contain arithmetic.
 
-use turbospark_format::{AttnSpan, FormatError, HostTensor};
+use turbospark_format::{AttnSpan, ExpertAct, FormatError, HostTensor, Routing};
 
 /// Errors a backend can raise while building weights or buffers.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,26 @@ pub struct AttnParams {
     pub span: AttnSpan,
 }
 
+/// The geometry and options of one mixture-of-experts call.
+#[derive(Clone, Copy, Debug)]
+pub struct MoeParams {
+    pub num_experts: usize,
+    pub top_k: usize,
+    /// Width of one expert's hidden layer.
+    pub width: usize,
+    pub routing: Routing,
+    pub act: ExpertAct,
+}
+
+/// One layer's experts: `gate_up` is `[experts, 2·width, hidden]` and `down`
+/// `[experts, hidden, width]` (rows are outputs), in any weight format.
+pub struct Experts<'a, W> {
+    pub gate_up: &'a W,
+    pub gate_up_bias: Option<&'a W>,
+    pub down: &'a W,
+    pub down_bias: Option<&'a W>,
+}
+
 /// Shape of one layer's KV storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvSpec {
@@ -62,6 +82,15 @@ pub trait Backend: Send + Sync {
 
     /// Makes a device weight from checkpoint bytes (any supported dtype).
     fn upload(&self, t: &HostTensor<'_>) -> Result<Self::Weight>;
+    /// Makes a weight `[.., rows, cols]` from MXFP4 checkpoint tensors:
+    /// `blocks` u8 `[.., rows, cols/32, 16]` (two E2M1 codes a byte, low
+    /// nibble first) and `scales` u8 `[.., rows, cols/32]` (E8M0, 2^(s−127)).
+    /// It stays packed in memory.
+    fn upload_mxfp4(
+        &self,
+        blocks: &HostTensor<'_>,
+        scales: &HostTensor<'_>,
+    ) -> Result<Self::Weight>;
     /// A weight from f32 values (tables computed at load).
     fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<Self::Weight>;
     /// Bytes the weight occupies on the device.
@@ -99,12 +128,27 @@ pub trait Backend: Send + Sync {
     fn kv_write(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor, positions: &[u32]);
     /// Causal attention of each query row (at `positions[row]`) over the keys
     /// held in `kv`, honouring the span; `out` is `[rows, num_heads * head_dim]`.
+    /// `sinks` (one logit per query head) join each softmax denominator only.
     fn attention(
         &self,
         q: &Self::Tensor,
         kv: &Self::Kv,
         positions: &[u32],
         params: &AttnParams,
+        sinks: Option<&Self::Weight>,
+        out: &mut Self::Tensor,
+    );
+
+    /// The expert half of an MoE block: route each row of `x` by its row of
+    /// `router_logits` (`[rows, experts]`), run the selected experts and write
+    /// the weighted sum to `out` (`[rows, hidden]`). Each row's selected
+    /// experts are summed in ascending expert index, as transformers does.
+    fn moe(
+        &self,
+        x: &Self::Tensor,
+        router_logits: &Self::Tensor,
+        experts: &Experts<'_, Self::Weight>,
+        params: &MoeParams,
         out: &mut Self::Tensor,
     );
 }

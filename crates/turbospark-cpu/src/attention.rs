@@ -51,7 +51,16 @@ fn visible(span: AttnSpan, q: i64, k: i64) -> bool {
         }
 }
 
-pub fn attention(q: &[f32], kv: &CpuKv, positions: &[u32], p: &AttnParams, out: &mut [f32]) {
+/// `sinks`: one logit per query head that joins the softmax denominator
+/// (and the max used for stability) but weighs no value.
+pub fn attention(
+    q: &[f32],
+    kv: &CpuKv,
+    positions: &[u32],
+    p: &AttnParams,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+) {
     let hd = p.head_dim;
     let q_width = p.num_heads * hd;
     let kv_dim = kv.spec.kv_dim;
@@ -74,8 +83,12 @@ pub fn attention(q: &[f32], kv: &CpuKv, positions: &[u32], p: &AttnParams, out: 
             max = max.max(s);
             scores.push((slot, s));
         }
+        let sink = sinks.map(|s| s[head]);
+        if let Some(s) = sink {
+            max = max.max(s);
+        }
         o.fill(0.0);
-        let mut denom = 0.0f32;
+        let mut denom = sink.map_or(0.0, |s| (s - max).exp());
         for (slot, s) in &mut scores {
             *s = (*s - max).exp();
             denom += *s;

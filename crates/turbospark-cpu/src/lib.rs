@@ -8,11 +8,12 @@
 
 pub mod attention;
 pub mod linear;
+pub mod moe;
 pub mod ops;
 pub mod simd;
 pub mod weight;
 
-use turbospark_backend::{AttnParams, Backend, KvSpec, Result, RopeTable};
+use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Result, RopeTable};
 use turbospark_format::HostTensor;
 
 pub use attention::CpuKv;
@@ -40,6 +41,10 @@ impl Backend for Cpu {
 
     fn upload(&self, t: &HostTensor<'_>) -> Result<CpuWeight> {
         CpuWeight::from_host(t)
+    }
+
+    fn upload_mxfp4(&self, blocks: &HostTensor<'_>, scales: &HostTensor<'_>) -> Result<CpuWeight> {
+        CpuWeight::from_mxfp4(blocks, scales)
     }
 
     fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<CpuWeight> {
@@ -113,8 +118,35 @@ impl Backend for Cpu {
         kv: &CpuKv,
         positions: &[u32],
         params: &AttnParams,
+        sinks: Option<&CpuWeight>,
         out: &mut CpuTensor,
     ) {
-        attention::attention(&q.data, kv, positions, params, &mut out.data);
+        let sinks = sinks.map(|s| s.to_f32());
+        attention::attention(
+            &q.data,
+            kv,
+            positions,
+            params,
+            sinks.as_deref(),
+            &mut out.data,
+        );
+    }
+
+    fn moe(
+        &self,
+        x: &CpuTensor,
+        router_logits: &CpuTensor,
+        experts: &Experts<'_, CpuWeight>,
+        params: &MoeParams,
+        out: &mut CpuTensor,
+    ) {
+        moe::moe(
+            &x.data,
+            x.cols,
+            &router_logits.data,
+            experts,
+            params,
+            &mut out.data,
+        );
     }
 }

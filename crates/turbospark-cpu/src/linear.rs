@@ -41,14 +41,27 @@ thread_local! {
 }
 
 pub fn linear(x: &[f32], n: usize, w: &CpuWeight, bias: Option<&[f32]>, out: &mut [f32]) {
+    linear_rows(x, n, w, 0, w.rows(), bias, out);
+}
+
+/// [`linear`] with only rows `row0..row0 + m` of W (one expert of a
+/// stacked `[experts, rows, cols]` weight).
+pub fn linear_rows(
+    x: &[f32],
+    n: usize,
+    w: &CpuWeight,
+    row0: usize,
+    m: usize,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) {
     let k = w.cols();
-    let m = w.rows();
     assert_eq!(x.len(), n * k, "linear: x is not [n, {k}]");
     assert_eq!(out.len(), n * m, "linear: out is not [n, {m}]");
     if n < GEMM_MIN_ROWS {
-        linear_dot(x, n, k, m, w, out);
+        linear_dot(x, n, k, row0, m, w, out);
     } else {
-        linear_gemm(x, n, k, m, w, out);
+        linear_gemm(x, n, k, row0, m, w, out);
     }
     if let Some(b) = bias {
         for row in out.chunks_exact_mut(m) {
@@ -59,13 +72,21 @@ pub fn linear(x: &[f32], n: usize, w: &CpuWeight, bias: Option<&[f32]>, out: &mu
     }
 }
 
-fn linear_dot(x: &[f32], n: usize, k: usize, m: usize, w: &CpuWeight, out: &mut [f32]) {
+fn linear_dot(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    row0: usize,
+    m: usize,
+    w: &CpuWeight,
+    out: &mut [f32],
+) {
     let ptr = OutPtr(out.as_mut_ptr());
     (0..m.div_ceil(DOT_BAND)).into_par_iter().for_each(|band| {
         let rows = band * DOT_BAND..((band + 1) * DOT_BAND).min(m);
         for r in rows {
             for t in 0..n {
-                let v = w.dot_row(r, &x[t * k..(t + 1) * k]);
+                let v = w.dot_row(row0 + r, &x[t * k..(t + 1) * k]);
                 // SAFETY: (t, r) is written by exactly this task.
                 unsafe { *ptr.at(t * m + r) = v };
             }
@@ -73,7 +94,15 @@ fn linear_dot(x: &[f32], n: usize, k: usize, m: usize, w: &CpuWeight, out: &mut 
     });
 }
 
-fn linear_gemm(x: &[f32], n: usize, k: usize, m: usize, w: &CpuWeight, out: &mut [f32]) {
+fn linear_gemm(
+    x: &[f32],
+    n: usize,
+    k: usize,
+    row0: usize,
+    m: usize,
+    w: &CpuWeight,
+    out: &mut [f32],
+) {
     let ptr = OutPtr(out.as_mut_ptr());
     (0..m.div_ceil(GEMM_BLOCK))
         .into_par_iter()
@@ -109,12 +138,13 @@ fn linear_gemm(x: &[f32], n: usize, k: usize, m: usize, w: &CpuWeight, out: &mut
                     );
                 }
             };
+            let first = (row0 + r0) * k;
             match &w.data {
-                WeightData::F32(v) => run(&v[r0 * k..(r0 + rows) * k]),
+                WeightData::F32(v) => run(&v[first..first + rows * k]),
                 _ => SCRATCH.with(|s| {
                     let mut s = s.borrow_mut();
                     s.resize(rows * k, 0.0);
-                    w.read_f32(r0 * k, &mut s[..rows * k]);
+                    w.read_f32(first, &mut s[..rows * k]);
                     run(&s[..rows * k]);
                 }),
             }

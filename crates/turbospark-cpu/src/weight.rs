@@ -1,6 +1,7 @@
 //! CPU weight storage. bf16 and f16 stay in their 16-bit form in memory
 //! (half the bytes of f32, which is what batch-1 decode is bound by) and are
-//! widened to f32 inside the kernels; f32 stays f32. Arithmetic is always f32.
+//! widened to f32 inside the kernels; f32 stays f32; MXFP4 stays packed and
+//! is decoded block by block. Arithmetic is always f32.
 
 use turbospark_backend::{BackendError, Result};
 use turbospark_format::{DType, HostTensor};
@@ -11,6 +12,36 @@ pub enum WeightData {
     BF16(Vec<u16>),
     /// Raw IEEE half bits.
     F16(Vec<u16>),
+    /// MXFP4: per row, `cols/2` bytes of E2M1 codes (low nibble first) and
+    /// `cols/32` E8M0 scales, one per block of 32 values.
+    Mxfp4 {
+        blocks: Vec<u8>,
+        scales: Vec<u8>,
+    },
+}
+
+/// The 16 E2M1 values, indexed by the 4-bit code (sign is the top bit).
+const E2M1: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// E8M0 scale byte → 2^(s − 127), exactly (2^−127 is a subnormal).
+#[inline]
+fn e8m0(s: u8) -> f32 {
+    match s {
+        0 => f32::from_bits(0x0040_0000),
+        _ => f32::from_bits((s as u32) << 23),
+    }
+}
+
+/// Decodes one 32-value MXFP4 block.
+#[inline]
+fn decode_block(bytes: &[u8], scale: u8, out: &mut [f32]) {
+    let s = e8m0(scale);
+    for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = E2M1[(b & 0x0F) as usize] * s;
+        pair[1] = E2M1[(b >> 4) as usize] * s;
+    }
 }
 
 pub struct CpuWeight {
@@ -43,6 +74,34 @@ impl CpuWeight {
         })
     }
 
+    pub fn from_mxfp4(blocks: &HostTensor<'_>, scales: &HostTensor<'_>) -> Result<Self> {
+        let bad = |what: String| {
+            Err(BackendError::Unsupported(format!(
+                "tensor `{}`: {what}",
+                blocks.name
+            )))
+        };
+        let (bs, ss) = (blocks.shape, scales.shape);
+        if blocks.dtype != DType::U8 || scales.dtype != DType::U8 {
+            return bad("MXFP4 blocks and scales must be u8".into());
+        }
+        if bs.len() < 2 || bs[bs.len() - 1] != 16 || bs[..bs.len() - 1] != *ss {
+            return bad(format!(
+                "blocks {bs:?} and scales {ss:?} are not [.., rows, groups, 16] and [.., rows, groups]"
+            ));
+        }
+        let mut shape = ss.to_vec();
+        let groups = shape.pop().unwrap_or(0);
+        shape.push(groups * 32);
+        Ok(CpuWeight {
+            data: WeightData::Mxfp4 {
+                blocks: blocks.bytes.to_vec(),
+                scales: scales.bytes.to_vec(),
+            },
+            shape,
+        })
+    }
+
     pub fn from_f32(values: &[f32], shape: &[usize]) -> Self {
         CpuWeight {
             data: WeightData::F32(values.to_vec()),
@@ -67,16 +126,29 @@ impl CpuWeight {
         match &self.data {
             WeightData::F32(v) => v.len() * 4,
             WeightData::BF16(v) | WeightData::F16(v) => v.len() * 2,
+            WeightData::Mxfp4 { blocks, scales } => blocks.len() + scales.len(),
         }
     }
 
-    /// Widens elements `[start, start + out.len())` into `out`.
+    /// Widens elements `[start, start + out.len())` into `out` (for MXFP4,
+    /// `start` and the length must be multiples of 32).
     pub fn read_f32(&self, start: usize, out: &mut [f32]) {
         let end = start + out.len();
         match &self.data {
             WeightData::F32(v) => out.copy_from_slice(&v[start..end]),
             WeightData::BF16(v) => crate::simd::bf16_to_f32(&v[start..end], out),
             WeightData::F16(v) => crate::simd::f16_to_f32(&v[start..end], out),
+            WeightData::Mxfp4 { blocks, scales } => {
+                assert!(
+                    start % 32 == 0 && out.len() % 32 == 0,
+                    "MXFP4 reads whole blocks"
+                );
+                let g0 = start / 32;
+                for (g, o) in out.chunks_exact_mut(32).enumerate() {
+                    let b = (g0 + g) * 16;
+                    decode_block(&blocks[b..b + 16], scales[g0 + g], o);
+                }
+            }
         }
     }
 
@@ -96,6 +168,18 @@ impl CpuWeight {
             WeightData::F32(v) => crate::simd::dot_f32(x, &v[range]),
             WeightData::BF16(v) => crate::simd::dot_bf16(x, &v[range]),
             WeightData::F16(v) => crate::simd::dot_f16(x, &v[range]),
+            WeightData::Mxfp4 { blocks, scales } => {
+                // Decode a block to f32 on the stack, then a SIMD dot.
+                let groups = k / 32;
+                let mut buf = [0.0f32; 32];
+                let mut total = 0.0;
+                for g in 0..groups {
+                    let idx = r * groups + g;
+                    decode_block(&blocks[idx * 16..idx * 16 + 16], scales[idx], &mut buf);
+                    total += crate::simd::dot_f32(&x[g * 32..g * 32 + 32], &buf);
+                }
+                total
+            }
         }
     }
 }

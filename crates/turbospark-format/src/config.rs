@@ -15,17 +15,17 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{FormatError, Result};
-use crate::spec::{Activation, Arch, AttnSpan, DType, ModelSpec, RopeScaling, RopeSpec};
+use crate::spec::{Activation, Arch, AttnSpan, DType, ExpertAct, ModelSpec, MoeSpec, Routing};
 
 /// A JSON object that remembers which keys were read.
-struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     prefix: &'a str,
     map: &'a Map<String, Value>,
-    read: RefCell<BTreeSet<String>>,
+    pub(crate) read: RefCell<BTreeSet<String>>,
 }
 
 impl<'a> Fields<'a> {
-    fn new(prefix: &'a str, map: &'a Map<String, Value>) -> Self {
+    pub(crate) fn new(prefix: &'a str, map: &'a Map<String, Value>) -> Self {
         Fields {
             prefix,
             map,
@@ -38,16 +38,16 @@ impl<'a> Fields<'a> {
     }
 
     /// The value of `key`, treating JSON `null` as absent.
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
         self.read.borrow_mut().insert(key.to_string());
         self.map.get(key).filter(|v| !v.is_null())
     }
 
-    fn err(&self, key: &str, what: impl Into<String>) -> FormatError {
+    pub(crate) fn err(&self, key: &str, what: impl Into<String>) -> FormatError {
         FormatError::config(self.path(key), what)
     }
 
-    fn usize_opt(&self, key: &str) -> Result<Option<usize>> {
+    pub(crate) fn usize_opt(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
@@ -56,12 +56,12 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn usize(&self, key: &str) -> Result<usize> {
+    pub(crate) fn usize(&self, key: &str) -> Result<usize> {
         self.usize_opt(key)?
             .ok_or_else(|| self.err(key, "required but missing"))
     }
 
-    fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
+    pub(crate) fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
@@ -71,7 +71,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
+    pub(crate) fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
@@ -81,7 +81,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn str_opt(&self, key: &str) -> Result<Option<&'a str>> {
+    pub(crate) fn str_opt(&self, key: &str) -> Result<Option<&'a str>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
@@ -147,6 +147,7 @@ fn read_arch(f: &Fields) -> Result<Arch> {
         "MistralForCausalLM" | "mistral" => Some(Arch::Mistral),
         "Qwen2ForCausalLM" | "qwen2" => Some(Arch::Qwen2),
         "Qwen3ForCausalLM" | "qwen3" => Some(Arch::Qwen3),
+        "GptOssForCausalLM" | "gpt_oss" => Some(Arch::GptOss),
         _ => None,
     };
     if let Some(list) = f.get("architectures") {
@@ -201,11 +202,14 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
 
     // Biases: Qwen2 always has q/k/v biases and never an o bias; Llama, Mistral
     // and Qwen3 put all four behind `attention_bias`.
-    let attention_bias = f.bool_opt("attention_bias")?.unwrap_or(false);
+    // gpt-oss defaults to all four.
+    let attention_bias = f
+        .bool_opt("attention_bias")?
+        .unwrap_or(arch == Arch::GptOss);
     let (qkv_bias, o_bias) = match arch {
         Arch::Qwen2 => (true, false),
         Arch::Mistral => (false, false),
-        Arch::Llama | Arch::Qwen3 => (attention_bias, attention_bias),
+        Arch::Llama | Arch::Qwen3 | Arch::GptOss => (attention_bias, attention_bias),
     };
     let mlp_bias = match arch {
         Arch::Llama => f.bool_opt("mlp_bias")?.unwrap_or(false),
@@ -213,7 +217,9 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
     };
 
     let layer_spans = read_layer_spans(f, arch, num_layers)?;
-    let rope = read_rope(f)?;
+    let rope = crate::rope_config::read_rope(f, arch)?;
+    let moe = read_moe(f, arch)?;
+    read_quantization(f, arch)?;
     let dtype = read_dtype(f)?;
     let (bos_token_id, eos_token_ids) = read_special_tokens(f)?;
 
@@ -223,6 +229,9 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
         "attention_dropout",
         "initializer_range",
         "use_cache",
+        "router_aux_loss_coef",
+        "output_router_logits",
+        "initial_context_length",
     ] {
         f.get(key);
     }
@@ -247,6 +256,8 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
         activation,
         rope,
         layer_spans,
+        attn_sinks: arch == Arch::GptOss,
+        moe,
         dtype,
         bos_token_id,
         eos_token_ids,
@@ -257,11 +268,15 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
 /// Per-layer attention span: `layer_types` when present (5.x writes it),
 /// otherwise each family's 4.x rule.
 fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<AttnSpan>> {
-    let window = f.usize_opt("sliding_window")?;
+    let window = match arch {
+        // GptOssConfig's default window.
+        Arch::GptOss => Some(f.usize_opt("sliding_window")?.unwrap_or(128)),
+        _ => f.usize_opt("sliding_window")?,
+    };
     let use_sliding = match arch {
         Arch::Qwen2 | Arch::Qwen3 => f.bool_opt("use_sliding_window")?.unwrap_or(false),
         Arch::Mistral => window.is_some(),
-        Arch::Llama => false,
+        Arch::Llama | Arch::GptOss => false,
     };
     let max_window_layers = match arch {
         Arch::Qwen2 | Arch::Qwen3 => f.usize_opt("max_window_layers")?.unwrap_or(num_layers),
@@ -299,6 +314,10 @@ fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<Att
     }
     (0..num_layers)
         .map(|i| {
+            // GptOssConfig's default pattern: even layers slide.
+            if arch == Arch::GptOss && i % 2 == 0 {
+                return sliding(window);
+            }
             // transformers' Qwen2 rule: layers at or past max_window_layers slide.
             if use_sliding && i >= max_window_layers.min(num_layers) {
                 sliding(window)
@@ -309,70 +328,59 @@ fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<Att
         .collect()
 }
 
-fn read_rope(f: &Fields) -> Result<RopeSpec> {
-    // 5.x keeps theta and scaling in one `rope_parameters` object; 4.x splits
-    // them into `rope_theta` and an optional `rope_scaling` object.
-    let (params, params_key) = match f.get("rope_parameters") {
-        Some(p) => (Some(p), "rope_parameters"),
-        None => (f.get("rope_scaling"), "rope_scaling"),
-    };
-    let top_theta = f.f64_opt("rope_theta")?;
-    let Some(params) = params else {
-        return Ok(RopeSpec {
-            theta: top_theta.unwrap_or(10_000.0),
-            scaling: RopeScaling::None,
-        });
-    };
-    let map = params
-        .as_object()
-        .ok_or_else(|| f.err(params_key, "expected an object"))?;
-    let prefix = format!("{params_key}.");
-    let p = Fields::new(&prefix, map);
-    let theta = p.f64_opt("rope_theta")?.or(top_theta).unwrap_or(10_000.0);
-    // 4.x files written by old versions say `type`, newer ones `rope_type`.
-    let kind = match p.str_opt("rope_type")? {
-        Some(k) => k,
-        None => p.str_opt("type")?.unwrap_or("default"),
-    };
-    let factor = |p: &Fields| -> Result<f64> {
-        p.f64_opt("factor")?
-            .ok_or_else(|| p.err("factor", "required for this rope_type"))
-    };
-    let scaling = match kind {
-        "default" => RopeScaling::None,
-        "linear" => RopeScaling::Linear {
-            factor: factor(&p)?,
-        },
-        "llama3" => RopeScaling::Llama3 {
-            factor: factor(&p)?,
-            low_freq_factor: p
-                .f64_opt("low_freq_factor")?
-                .ok_or_else(|| p.err("low_freq_factor", "required for llama3 rope"))?,
-            high_freq_factor: p
-                .f64_opt("high_freq_factor")?
-                .ok_or_else(|| p.err("high_freq_factor", "required for llama3 rope"))?,
-            original_max_positions: p.f64_opt("original_max_position_embeddings")?.ok_or_else(
-                || {
-                    p.err(
-                        "original_max_position_embeddings",
-                        "required for llama3 rope",
-                    )
+/// The MoE block of the families that have one.
+fn read_moe(f: &Fields, arch: Arch) -> Result<Option<MoeSpec>> {
+    match arch {
+        Arch::GptOss => {
+            let num_experts = f.usize("num_local_experts")?;
+            // Released configs carry both spellings of top-k.
+            let top_k = match f.usize_opt("num_experts_per_tok")? {
+                Some(k) => k,
+                None => f.usize_opt("experts_per_token")?.unwrap_or(4),
+            };
+            f.get("experts_per_token");
+            if top_k == 0 || top_k > num_experts {
+                return Err(f.err(
+                    "num_experts_per_tok",
+                    format!("{top_k} is not between 1 and num_local_experts = {num_experts}"),
+                ));
+            }
+            Ok(Some(MoeSpec {
+                num_experts,
+                top_k,
+                width: f.usize("intermediate_size")?,
+                routing: Routing::TopKSoftmax,
+                activation: ExpertAct::ClampedSwiGlu {
+                    alpha: f.f64_opt("swiglu_alpha")?.unwrap_or(1.702) as f32,
+                    limit: f.f64_opt("swiglu_limit")?.unwrap_or(7.0) as f32,
                 },
-            )?,
-        },
-        other => {
-            return Err(p.err(
-                "rope_type",
-                format!("`{other}` is not supported for this architecture"),
-            ));
+                biases: true,
+            }))
         }
-    };
-    for (key, value) in map {
-        if !p.read.borrow().contains(key) && !value.is_null() {
-            return Err(p.err(key, "not understood by TurboSpark for this rope_type"));
-        }
+        Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => Ok(None),
     }
-    Ok(RopeSpec { theta, scaling })
+}
+
+/// `quantization_config`: only the MXFP4 experts of gpt-oss are understood
+/// (the weights themselves say which tensors are packed).
+fn read_quantization(f: &Fields, arch: Arch) -> Result<()> {
+    let Some(q) = f.get("quantization_config") else {
+        return Ok(());
+    };
+    let method = q
+        .get("quant_method")
+        .and_then(|m| m.as_str())
+        .unwrap_or("(none)");
+    match (arch, method) {
+        (Arch::GptOss, "mxfp4") => Ok(()),
+        _ => Err(f.err(
+            "quantization_config",
+            format!(
+                "quant_method `{method}` is not supported for {}",
+                arch.name()
+            ),
+        )),
+    }
 }
 
 fn read_dtype(f: &Fields) -> Result<DType> {

@@ -8,9 +8,13 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod npy;
+mod rope_config;
 pub mod spec;
 
 pub use checkpoint::{Checkpoint, HostTensor};
 pub use config::{load_config, parse_config, token_list};
 pub use error::{FormatError, Result};
-pub use spec::{Activation, Arch, AttnSpan, DType, ModelSpec, RopeScaling, RopeSpec};
+pub use spec::{
+    Activation, Arch, AttnSpan, DType, ExpertAct, ModelSpec, MoeSpec, RopeScaling, RopeSpec,
+    Routing,
+};

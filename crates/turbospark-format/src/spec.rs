@@ -12,11 +12,11 @@ pub enum Arch {
     Mistral,
     Qwen2,
     Qwen3,
+    GptOss,
 }
 
 impl Arch {
-    pub const SUPPORTED: &'static str =
-        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    pub const SUPPORTED: &'static str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GptOssForCausalLM";
 
     pub fn name(self) -> &'static str {
         match self {
@@ -24,6 +24,7 @@ impl Arch {
             Arch::Mistral => "mistral",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::GptOss => "gpt_oss",
         }
     }
 }
@@ -69,6 +70,20 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_positions: f64,
     },
+    /// YaRN: per-pair blend of interpolated and extrapolated frequencies
+    /// with a linear ramp between the correction dims of `beta_fast` and
+    /// `beta_slow`, and an attention factor on cos/sin.
+    Yarn {
+        factor: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        original_max_positions: f64,
+        /// Round the correction range outward (transformers' default true;
+        /// gpt-oss ships false).
+        truncate: bool,
+        /// Multiplies cos and sin; `0.1·ln(factor) + 1` when not given.
+        attention_factor: f64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -90,6 +105,39 @@ pub enum AttnSpan {
 pub enum Activation {
     /// `silu(gate) * up` (SwiGLU).
     Silu,
+}
+
+/// How router logits become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Take the top-k logits, softmax over those k (gpt-oss, Mixtral).
+    TopKSoftmax,
+    /// Softmax over all experts, take the top k, and renormalise them to sum
+    /// to one when `renormalize` (Qwen3-MoE's `norm_topk_prob`).
+    SoftmaxTopK { renormalize: bool },
+}
+
+/// The expert MLP's activation, which also fixes the gate/up row layout of
+/// the fused gate_up weight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ExpertAct {
+    /// Rows `[0, width)` are gate, `[width, 2·width)` up: `silu(gate) · up`.
+    SwiGlu,
+    /// gpt-oss: even rows gate, odd rows up; gate clamped to ≤ limit, up to
+    /// [−limit, limit]; `(up + 1) · gate · sigmoid(alpha · gate)`.
+    ClampedSwiGlu { alpha: f32, limit: f32 },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeSpec {
+    pub num_experts: usize,
+    pub top_k: usize,
+    /// Width of one expert's hidden layer.
+    pub width: usize,
+    pub routing: Routing,
+    pub activation: ExpertAct,
+    /// Router and expert biases (gpt-oss).
+    pub biases: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -117,6 +165,10 @@ pub struct ModelSpec {
     pub rope: RopeSpec,
     /// One entry per layer.
     pub layer_spans: Vec<AttnSpan>,
+    /// A learned per-head logit that joins the softmax denominator (gpt-oss).
+    pub attn_sinks: bool,
+    /// Mixture-of-experts MLP, when the family has one.
+    pub moe: Option<MoeSpec>,
     /// The dtype the checkpoint says it was saved in.
     pub dtype: DType,
     pub bos_token_id: Option<u32>,
@@ -135,19 +187,29 @@ impl ModelSpec {
         let h = self.hidden_size as u64;
         let q = self.q_dim() as u64;
         let kv = self.kv_dim() as u64;
-        let i = self.intermediate_size as u64;
-        let mut layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
+        let mut layer = h * q + 2 * h * kv + q * h + 2 * h;
+        layer += match &self.moe {
+            Some(m) => {
+                let (e, w) = (m.num_experts as u64, m.width as u64);
+                let biases = if m.biases { e * (2 * w + h) + e } else { 0 };
+                h * e + e * 3 * h * w + biases
+            }
+            None => {
+                let i = self.intermediate_size as u64;
+                3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 }
+            }
+        };
         if self.qkv_bias {
             layer += q + 2 * kv;
         }
         if self.o_bias {
             layer += h;
         }
-        if self.mlp_bias {
-            layer += 2 * i + h;
-        }
         if self.qk_norm {
             layer += 2 * self.head_dim as u64;
+        }
+        if self.attn_sinks {
+            layer += self.num_heads as u64;
         }
         let emb = self.vocab_size as u64 * h;
         let head = if self.tie_embeddings { 0 } else { emb };

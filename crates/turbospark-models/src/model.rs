@@ -7,7 +7,7 @@ use turbospark_backend::Backend;
 use turbospark_format::{Arch, Checkpoint, ModelSpec, load_config};
 
 use crate::error::Result;
-use crate::families::{CausalLm, llama::Llama};
+use crate::families::{CausalLm, gpt_oss, llama};
 use crate::loader::{Loader, Progress};
 
 /// Reads and validates `DIR/config.json` without touching weights.
@@ -42,7 +42,8 @@ pub fn load_model_with_spec<B: Backend + 'static>(
     let loader = Loader::new(be, &ckpt, progress);
     Ok(match spec.arch {
         Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => {
-            Box::new(Llama::load(&loader, spec)?)
+            Box::new(llama::load(&loader, spec)?)
         }
+        Arch::GptOss => Box::new(gpt_oss::load(&loader, spec)?),
     })
 }

@@ -40,10 +40,49 @@ pub fn rope_table(rope: &RopeSpec, head_dim: usize) -> RopeTable {
                 })
                 .collect()
         }
+        RopeScaling::Yarn {
+            factor,
+            beta_fast,
+            beta_slow,
+            original_max_positions,
+            truncate,
+            ..
+        } => {
+            // The pair index at which a frequency turns `rotations` times
+            // over the original context.
+            let correction_dim = |rotations: f64| {
+                d * (original_max_positions / (rotations * 2.0 * PI)).ln() / (2.0 * rope.theta.ln())
+            };
+            let (mut low, mut high) = (correction_dim(*beta_fast), correction_dim(*beta_slow));
+            if *truncate {
+                (low, high) = (low.floor(), high.ceil());
+            }
+            let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+            if low == high {
+                high += 0.001;
+            }
+            // Pairs below `low` keep their frequency (extrapolate), pairs
+            // above `high` are slowed by `factor` (interpolate), a linear
+            // ramp between.
+            base.iter()
+                .enumerate()
+                .map(|(i, &f)| {
+                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    let keep = 1.0 - ramp;
+                    (f / factor) * (1.0 - keep) + f * keep
+                })
+                .collect()
+        }
+    };
+    let attention_factor = match rope.scaling {
+        RopeScaling::Yarn {
+            attention_factor, ..
+        } => attention_factor,
+        _ => 1.0,
     };
     RopeTable {
         inv_freq: inv_freq.into_iter().map(|f| f as f32).collect(),
-        attention_factor: 1.0,
+        attention_factor: attention_factor as f32,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Model families: one file per forward-pass definition, each written once
 //! over the [`Backend`] trait from the shared blocks in `crate::layers`.
 
+pub mod gpt_oss;
 pub mod llama;
 
 use turbospark_backend::Backend;

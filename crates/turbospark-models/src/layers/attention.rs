@@ -2,9 +2,10 @@
 //! per-head q/k RMSNorm, RoPE, the KV write, attention, and the output
 //! projection.
 //!
-//! Order of operations (as transformers): project, add bias, per-head norm,
-//! rotate q and k, store k (rotated) and v (never rotated), attend, project
-//! out. Weight names follow the Llama convention `{prefix}.q_proj.weight`.
+//! Order of operations (as transformers): project, add bias (before RoPE:
+//! the reverse order is a different function), per-head norm, rotate q and
+//! k, store k (rotated) and v (never rotated), attend (with per-head sink
+//! logits when the family has them), project out. Weight names follow the Llama convention `{prefix}.q_proj.weight`.
 
 use turbospark_backend::{AttnParams, Backend, RopeTable};
 use turbospark_format::{AttnSpan, ModelSpec};
@@ -23,6 +24,7 @@ pub struct Attention<B: Backend> {
     o_bias: Option<B::Weight>,
     q_norm: Option<B::Weight>,
     k_norm: Option<B::Weight>,
+    sinks: Option<B::Weight>,
     params: AttnParams,
     norm_eps: f32,
 }
@@ -42,6 +44,7 @@ impl<B: Backend> Attention<B> {
             o_bias: l.tensor_if(spec.o_bias, &name("o_proj.bias"), &[h])?,
             q_norm: l.tensor_if(spec.qk_norm, &name("q_norm.weight"), &[hd])?,
             k_norm: l.tensor_if(spec.qk_norm, &name("k_norm.weight"), &[hd])?,
+            sinks: l.tensor_if(spec.attn_sinks, &name("sinks"), &[spec.num_heads])?,
             params: AttnParams {
                 num_heads: spec.num_heads,
                 num_kv_heads: spec.num_kv_heads,
@@ -82,7 +85,7 @@ impl<B: Backend> Attention<B> {
         be.rope(&mut k, p.head_dim, positions, rope);
         be.kv_write(kv, &k, &v, positions);
         let mut attn = be.tensor(n, q_dim);
-        be.attention(&q, kv, positions, p, &mut attn);
+        be.attention(&q, kv, positions, p, self.sinks.as_ref(), &mut attn);
         let mut out = be.tensor(n, be.shape(x).1);
         be.linear(&attn, &self.o, self.o_bias.as_ref(), &mut out);
         out

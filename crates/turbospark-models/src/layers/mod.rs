@@ -3,4 +3,6 @@
 //! mechanism two families share lives here, not in a family file.
 
 pub mod attention;
+pub mod decoder;
 pub mod mlp;
+pub mod moe;

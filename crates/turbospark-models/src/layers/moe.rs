@@ -1,0 +1,99 @@
+//! The mixture-of-experts feed-forward block: a router linear (optionally
+//! biased) and stacked experts, run by the backend's `moe` operation.
+//! Shared by gpt-oss, Qwen3-MoE and Mixtral; what differs (routing, the
+//! activation, biases) comes from the [`MoeSpec`], and how the experts are
+//! stored is detected from the checkpoint.
+
+use turbospark_backend::{Backend, Experts, MoeParams};
+use turbospark_format::{ModelSpec, MoeSpec};
+
+use crate::error::Result;
+use crate::loader::Loader;
+
+/// Where a family keeps the router and the experts under the block prefix.
+pub struct ExpertNames {
+    pub router: &'static str,
+    pub experts: &'static str,
+}
+
+pub struct MoeBlock<B: Backend> {
+    router: B::Weight,
+    router_bias: Option<B::Weight>,
+    gate_up: B::Weight,
+    gate_up_bias: Option<B::Weight>,
+    down: B::Weight,
+    down_bias: Option<B::Weight>,
+    params: MoeParams,
+    hidden: usize,
+}
+
+impl<B: Backend> MoeBlock<B> {
+    /// Experts stored stacked, as gpt-oss names them: MXFP4 as released
+    /// (`gate_up_proj_blocks` `[E, 2W, H/32, 16]` …, output rows) or the
+    /// float layout `save_pretrained` writes (`gate_up_proj` `[E, H, 2W]`,
+    /// input-major, transposed here).
+    pub fn load_fused(
+        l: &Loader<B>,
+        prefix: &str,
+        spec: &ModelSpec,
+        names: &ExpertNames,
+    ) -> Result<Self> {
+        let m = moe_spec(spec);
+        let (e, w, h) = (m.num_experts, m.width, spec.hidden_size);
+        let r = format!("{prefix}.{}", names.router);
+        let x = format!("{prefix}.{}", names.experts);
+        let packed = l.ckpt.contains(&format!("{x}.gate_up_proj_blocks"));
+        let (gate_up, down) = if packed {
+            (
+                l.mxfp4(&format!("{x}.gate_up_proj"), e, 2 * w, h)?,
+                l.mxfp4(&format!("{x}.down_proj"), e, h, w)?,
+            )
+        } else {
+            (
+                l.tensor_transposed(&format!("{x}.gate_up_proj"), [e, h, 2 * w])?,
+                l.tensor_transposed(&format!("{x}.down_proj"), [e, w, h])?,
+            )
+        };
+        Ok(MoeBlock {
+            router: l.tensor(&format!("{r}.weight"), &[e, h])?,
+            router_bias: l.tensor_if(m.biases, &format!("{r}.bias"), &[e])?,
+            gate_up,
+            gate_up_bias: l.tensor_if(m.biases, &format!("{x}.gate_up_proj_bias"), &[e, 2 * w])?,
+            down,
+            down_bias: l.tensor_if(m.biases, &format!("{x}.down_proj_bias"), &[e, h])?,
+            params: params(m),
+            hidden: h,
+        })
+    }
+
+    pub fn forward(&self, be: &B, x: &B::Tensor) -> B::Tensor {
+        let n = be.shape(x).0;
+        let mut logits = be.tensor(n, self.params.num_experts);
+        be.linear(x, &self.router, self.router_bias.as_ref(), &mut logits);
+        let mut out = be.tensor(n, self.hidden);
+        let experts = Experts {
+            gate_up: &self.gate_up,
+            gate_up_bias: self.gate_up_bias.as_ref(),
+            down: &self.down,
+            down_bias: self.down_bias.as_ref(),
+        };
+        be.moe(x, &logits, &experts, &self.params, &mut out);
+        out
+    }
+}
+
+fn moe_spec(spec: &ModelSpec) -> &MoeSpec {
+    spec.moe
+        .as_ref()
+        .expect("an MoE block is only loaded for a spec with `moe`")
+}
+
+fn params(m: &MoeSpec) -> MoeParams {
+    MoeParams {
+        num_experts: m.num_experts,
+        top_k: m.top_k,
+        width: m.width,
+        routing: m.routing,
+        act: m.activation,
+    }
+}
