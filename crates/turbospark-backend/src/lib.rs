@@ -6,7 +6,7 @@
 //! implements the same trait. This crate holds only the contract and the
 //! plain-data parameter types; it must not contain arithmetic.
 
-use turbospark_format::{AttnSpan, ExpertAct, FormatError, HostTensor, Routing};
+use turbospark_format::{Activation, AttnSpan, ExpertAct, FormatError, HostTensor, Routing};
 
 /// Errors a backend can raise while building weights or buffers.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,8 @@ pub struct AttnParams {
     /// Multiplies q·k before the softmax.
     pub scale: f32,
     pub span: AttnSpan,
+    /// `cap · tanh(s / cap)` on each scaled score before the mask (Gemma 2).
+    pub softcap: Option<f32>,
 }
 
 /// The geometry and options of one mixture-of-experts call.
@@ -117,8 +119,12 @@ pub trait Backend: Send + Sync {
     );
     /// `x += y`.
     fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor);
-    /// `out = silu(gate) * up`.
-    fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor, out: &mut Self::Tensor);
+    /// `out = act(gate) * up`.
+    fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation, out: &mut Self::Tensor);
+    /// `x *= s`.
+    fn scale(&self, x: &mut Self::Tensor, s: f32);
+    /// `x = cap · tanh(x / cap)`.
+    fn softcap(&self, x: &mut Self::Tensor, cap: f32);
     /// Rotates each `head_dim`-wide head of each row by its position. Pairs
     /// are (i, i + head_dim/2) (the "rotate half" convention of transformers).
     fn rope(&self, x: &mut Self::Tensor, head_dim: usize, positions: &[u32], rope: &RopeTable);

@@ -79,7 +79,10 @@ pub fn attention(
                 continue;
             }
             let kk = &kv.k[slot * kv_dim + kv_off..slot * kv_dim + kv_off + hd];
-            let s = crate::simd::dot_f32(qv, kk) * p.scale;
+            let mut s = crate::simd::dot_f32(qv, kk) * p.scale;
+            if let Some(cap) = p.softcap {
+                s = crate::ops::softcap(s, cap);
+            }
             max = max.max(s);
             scores.push((slot, s));
         }

@@ -14,7 +14,7 @@ pub mod simd;
 pub mod weight;
 
 use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Result, RopeTable};
-use turbospark_format::HostTensor;
+use turbospark_format::{Activation, HostTensor};
 
 pub use attention::CpuKv;
 pub use weight::{CpuWeight, WeightData};
@@ -96,8 +96,16 @@ impl Backend for Cpu {
         ops::add(&mut x.data, &y.data);
     }
 
-    fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) {
-        ops::silu_mul(&gate.data, &up.data, &mut out.data);
+    fn glu(&self, gate: &CpuTensor, up: &CpuTensor, act: Activation, out: &mut CpuTensor) {
+        ops::glu(&gate.data, &up.data, act, &mut out.data);
+    }
+
+    fn scale(&self, x: &mut CpuTensor, s: f32) {
+        x.data.iter_mut().for_each(|v| *v *= s);
+    }
+
+    fn softcap(&self, x: &mut CpuTensor, cap: f32) {
+        x.data.iter_mut().for_each(|v| *v = ops::softcap(*v, cap));
     }
 
     fn rope(&self, x: &mut CpuTensor, head_dim: usize, positions: &[u32], rope: &RopeTable) {

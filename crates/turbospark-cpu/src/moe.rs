@@ -58,7 +58,7 @@ fn activate(gate_up: &[f32], width: usize, act: ExpertAct, out: &mut [f32]) {
         ExpertAct::SwiGlu => {
             let (gate, up) = gate_up.split_at(width);
             for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                *o = g / (1.0 + (-g).exp()) * u;
+                *o = crate::ops::silu(g) * u;
             }
         }
         ExpertAct::ClampedSwiGlu { alpha, limit } => {

@@ -4,6 +4,7 @@
 
 use rayon::prelude::*;
 use turbospark_backend::RopeTable;
+use turbospark_format::Activation;
 
 use crate::weight::CpuWeight;
 
@@ -37,13 +38,37 @@ pub fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// `silu(g) * u` with `silu(g) = g / (1 + e^-g)`.
-pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+/// `silu(g) = g / (1 + e^-g)`.
+#[inline]
+pub fn silu(g: f32) -> f32 {
+    g / (1.0 + (-g).exp())
+}
+
+/// PyTorch's `gelu(approximate="tanh")`:
+/// `0.5 · g · (1 + tanh(√(2/π) · (g + 0.044715 · g³)))`.
+#[inline]
+pub fn gelu_tanh(g: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * g * (1.0 + (SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g)).tanh())
+}
+
+/// `cap · tanh(x / cap)`.
+#[inline]
+pub fn softcap(x: f32, cap: f32) -> f32 {
+    cap * (x / cap).tanh()
+}
+
+/// `act(g) * u`.
+pub fn glu(gate: &[f32], up: &[f32], act: Activation, out: &mut [f32]) {
+    let f = match act {
+        Activation::Silu => silu,
+        Activation::GeluTanh => gelu_tanh,
+    };
     out.par_chunks_mut(4096)
         .zip(gate.par_chunks(4096).zip(up.par_chunks(4096)))
         .for_each(|(o, (g, u))| {
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = g / (1.0 + (-g).exp()) * u;
+                *o = f(g) * u;
             }
         });
 }

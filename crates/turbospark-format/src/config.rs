@@ -148,6 +148,10 @@ fn read_arch(f: &Fields) -> Result<Arch> {
         "Qwen2ForCausalLM" | "qwen2" => Some(Arch::Qwen2),
         "Qwen3ForCausalLM" | "qwen3" => Some(Arch::Qwen3),
         "GptOssForCausalLM" | "gpt_oss" => Some(Arch::GptOss),
+        "Gemma2ForCausalLM" | "gemma2" => Some(Arch::Gemma2),
+        "Gemma3ForCausalLM" | "gemma3_text" => Some(Arch::Gemma3),
+        "Qwen3MoeForCausalLM" | "qwen3_moe" => Some(Arch::Qwen3Moe),
+        "MixtralForCausalLM" | "mixtral" => Some(Arch::Mixtral),
         _ => None,
     };
     if let Some(list) = f.get("architectures") {
@@ -170,7 +174,35 @@ fn read_arch(f: &Fields) -> Result<Arch> {
         .ok_or_else(|| FormatError::Unsupported(model_type.to_string(), Arch::SUPPORTED.into()))
 }
 
+/// Per-family defaults, as each transformers config class sets them.
+struct Defaults {
+    head_dim_from_hidden: bool,
+    tie: bool,
+    window: Option<usize>,
+    norm_eps: f64,
+}
+
+fn defaults(arch: Arch) -> Defaults {
+    let gemma = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
+    Defaults {
+        // Gemma's classes default head_dim to 256, not hidden/heads.
+        head_dim_from_hidden: !gemma,
+        tie: gemma,
+        window: match arch {
+            Arch::GptOss => Some(128),
+            Arch::Gemma2 | Arch::Gemma3 => Some(4096),
+            _ => None,
+        },
+        norm_eps: match arch {
+            Arch::GptOss => 1e-5,
+            _ => 1e-6,
+        },
+    }
+}
+
 fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
+    let d = defaults(arch);
+    let gemma = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
     let hidden_size = f.usize("hidden_size")?;
     let num_heads = f.usize("num_attention_heads")?;
     let num_layers = f.usize("num_hidden_layers")?;
@@ -183,6 +215,7 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
     }
     let head_dim = match f.usize_opt("head_dim")? {
         Some(d) => d,
+        None if !d.head_dim_from_hidden => 256,
         None if hidden_size % num_heads == 0 => hidden_size / num_heads,
         None => {
             return Err(f.err(
@@ -195,33 +228,61 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
         return Err(f.err("head_dim", format!("{head_dim} is odd; RoPE needs pairs")));
     }
 
-    let activation = match f.str_opt("hidden_act")?.unwrap_or("silu") {
-        "silu" | "swish" => Activation::Silu,
-        other => return Err(f.err("hidden_act", format!("`{other}` is not supported"))),
+    // Gemma names its activation `hidden_activation` (with `hidden_act` as an
+    // older alias); gpt-oss says `silu` but its experts use their own.
+    let act_key = if f.get("hidden_activation").is_some() {
+        "hidden_activation"
+    } else {
+        "hidden_act"
     };
+    let activation =
+        match f
+            .str_opt(act_key)?
+            .unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" })
+        {
+            "silu" | "swish" => Activation::Silu,
+            "gelu_pytorch_tanh" | "gelu_tanh" => Activation::GeluTanh,
+            other => return Err(f.err(act_key, format!("`{other}` is not supported"))),
+        };
+    f.get("hidden_act");
 
-    // Biases: Qwen2 always has q/k/v biases and never an o bias; Llama, Mistral
-    // and Qwen3 put all four behind `attention_bias`.
-    // gpt-oss defaults to all four.
+    // Biases: Qwen2 always has q/k/v biases and never an o bias; gpt-oss
+    // defaults to all four; the rest put all four behind `attention_bias`.
     let attention_bias = f
         .bool_opt("attention_bias")?
         .unwrap_or(arch == Arch::GptOss);
     let (qkv_bias, o_bias) = match arch {
         Arch::Qwen2 => (true, false),
-        Arch::Mistral => (false, false),
-        Arch::Llama | Arch::Qwen3 | Arch::GptOss => (attention_bias, attention_bias),
+        Arch::Mistral | Arch::Mixtral => (false, false),
+        _ => (attention_bias, attention_bias),
     };
     let mlp_bias = match arch {
         Arch::Llama => f.bool_opt("mlp_bias")?.unwrap_or(false),
         _ => false,
     };
 
-    let layer_spans = read_layer_spans(f, arch, num_layers)?;
-    let rope = crate::rope_config::read_rope(f, arch)?;
-    let moe = read_moe(f, arch)?;
+    let layer_spans = read_layer_spans(f, arch, num_layers, d.window)?;
+    let (rope, rope_local) = crate::rope_config::read_rope(f, arch)?;
+    let moe = read_moe(f, arch, num_layers)?;
     read_quantization(f, arch)?;
     let dtype = read_dtype(f)?;
     let (bos_token_id, eos_token_ids) = read_special_tokens(f)?;
+    let positive = |key: &str| -> Result<Option<f32>> {
+        Ok(f.f64_opt(key)?.filter(|&c| c > 0.0).map(|c| c as f32))
+    };
+    let (attn_softcap, final_softcap) = match arch {
+        Arch::Gemma2 | Arch::Gemma3 => (
+            positive("attn_logit_softcapping")?,
+            positive("final_logit_softcapping")?,
+        ),
+        _ => (None, None),
+    };
+    let attn_scale = match arch {
+        Arch::Gemma2 | Arch::Gemma3 => {
+            (f.f64_opt("query_pre_attn_scalar")?.unwrap_or(256.0) as f32).powf(-0.5)
+        }
+        _ => (head_dim as f32).powf(-0.5),
+    };
 
     // Ignored on purpose: they do not change inference arithmetic.
     for key in [
@@ -232,56 +293,71 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
         "router_aux_loss_coef",
         "output_router_logits",
         "initial_context_length",
+        "router_jitter_noise",
+        "final_logit_softcapping",
+        "attn_logit_softcapping",
+        "use_bidirectional_attention",
     ] {
         f.get(key);
     }
 
-    let spec = ModelSpec {
+    Ok(ModelSpec {
         arch,
         vocab_size: f.usize("vocab_size")?,
         hidden_size,
-        intermediate_size: f.usize("intermediate_size")?,
+        intermediate_size: f.usize_opt("intermediate_size")?.unwrap_or(0),
         num_layers,
         num_heads,
         num_kv_heads,
         head_dim,
-        norm_eps: f.f64_opt("rms_norm_eps")?.unwrap_or(1e-6) as f32,
+        norm_eps: f.f64_opt("rms_norm_eps")?.unwrap_or(d.norm_eps) as f32,
+        norm_offset: if gemma { 1.0 } else { 0.0 },
         max_positions: f.usize_opt("max_position_embeddings")?.unwrap_or(4096),
-        // Every family here defaults to untied in its transformers config class.
-        tie_embeddings: f.bool_opt("tie_word_embeddings")?.unwrap_or(false),
+        tie_embeddings: f.bool_opt("tie_word_embeddings")?.unwrap_or(d.tie),
+        embed_scale: gemma.then_some((hidden_size as f32).sqrt()),
         qkv_bias,
         o_bias,
         mlp_bias,
-        qk_norm: arch == Arch::Qwen3,
+        qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
         activation,
         rope,
+        rope_local,
         layer_spans,
         attn_sinks: arch == Arch::GptOss,
+        attn_scale,
+        attn_softcap,
+        final_softcap,
         moe,
         dtype,
         bos_token_id,
         eos_token_ids,
-    };
-    Ok(spec)
+    })
 }
 
 /// Per-layer attention span: `layer_types` when present (5.x writes it),
 /// otherwise each family's 4.x rule.
-fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<AttnSpan>> {
-    let window = match arch {
-        // GptOssConfig's default window.
-        Arch::GptOss => Some(f.usize_opt("sliding_window")?.unwrap_or(128)),
-        _ => f.usize_opt("sliding_window")?,
-    };
+fn read_layer_spans(
+    f: &Fields,
+    arch: Arch,
+    num_layers: usize,
+    default_window: Option<usize>,
+) -> Result<Vec<AttnSpan>> {
+    let window = f.usize_opt("sliding_window")?.or(default_window);
     let use_sliding = match arch {
-        Arch::Qwen2 | Arch::Qwen3 => f.bool_opt("use_sliding_window")?.unwrap_or(false),
-        Arch::Mistral => window.is_some(),
-        Arch::Llama | Arch::GptOss => false,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {
+            f.bool_opt("use_sliding_window")?.unwrap_or(false)
+        }
+        Arch::Mistral | Arch::Mixtral => window.is_some(),
+        _ => false,
     };
     let max_window_layers = match arch {
-        Arch::Qwen2 | Arch::Qwen3 => f.usize_opt("max_window_layers")?.unwrap_or(num_layers),
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {
+            f.usize_opt("max_window_layers")?.unwrap_or(num_layers)
+        }
         _ => 0,
     };
+    // Gemma 3's 4.x spelling of its pattern: every Nth layer is global.
+    let pattern = f.usize_opt("sliding_window_pattern")?.unwrap_or(6).max(1);
     let sliding = |w: Option<usize>| -> Result<AttnSpan> {
         match w {
             Some(0) | None => {
@@ -314,12 +390,14 @@ fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<Att
     }
     (0..num_layers)
         .map(|i| {
-            // GptOssConfig's default pattern: even layers slide.
-            if arch == Arch::GptOss && i % 2 == 0 {
-                return sliding(window);
-            }
-            // transformers' Qwen2 rule: layers at or past max_window_layers slide.
-            if use_sliding && i >= max_window_layers.min(num_layers) {
+            let slides = match arch {
+                // GptOssConfig and Gemma2Config: even layers slide.
+                Arch::GptOss | Arch::Gemma2 => i % 2 == 0,
+                Arch::Gemma3 => (i + 1) % pattern != 0,
+                // transformers' Qwen2 rule: layers at or past max_window_layers slide.
+                _ => use_sliding && i >= max_window_layers.min(num_layers),
+            };
+            if slides {
                 sliding(window)
             } else {
                 Ok(AttnSpan::Full)
@@ -329,36 +407,82 @@ fn read_layer_spans(f: &Fields, arch: Arch, num_layers: usize) -> Result<Vec<Att
 }
 
 /// The MoE block of the families that have one.
-fn read_moe(f: &Fields, arch: Arch) -> Result<Option<MoeSpec>> {
-    match arch {
-        Arch::GptOss => {
-            let num_experts = f.usize("num_local_experts")?;
-            // Released configs carry both spellings of top-k.
-            let top_k = match f.usize_opt("num_experts_per_tok")? {
-                Some(k) => k,
-                None => f.usize_opt("experts_per_token")?.unwrap_or(4),
-            };
-            f.get("experts_per_token");
-            if top_k == 0 || top_k > num_experts {
-                return Err(f.err(
-                    "num_experts_per_tok",
-                    format!("{top_k} is not between 1 and num_local_experts = {num_experts}"),
-                ));
-            }
-            Ok(Some(MoeSpec {
-                num_experts,
-                top_k,
-                width: f.usize("intermediate_size")?,
-                routing: Routing::TopKSoftmax,
-                activation: ExpertAct::ClampedSwiGlu {
-                    alpha: f.f64_opt("swiglu_alpha")?.unwrap_or(1.702) as f32,
-                    limit: f.f64_opt("swiglu_limit")?.unwrap_or(7.0) as f32,
-                },
-                biases: true,
-            }))
-        }
-        Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => Ok(None),
+fn read_moe(f: &Fields, arch: Arch, num_layers: usize) -> Result<Option<MoeSpec>> {
+    let experts_key = match arch {
+        Arch::GptOss | Arch::Mixtral => "num_local_experts",
+        Arch::Qwen3Moe => "num_experts",
+        _ => return Ok(None),
+    };
+    let num_experts = f.usize(experts_key)?;
+    // gpt-oss's released config carries both spellings of top-k.
+    let top_k = match f.usize_opt("num_experts_per_tok")? {
+        Some(k) => k,
+        None => f.usize_opt("experts_per_token")?.unwrap_or(2),
+    };
+    f.get("experts_per_token");
+    if top_k == 0 || top_k > num_experts {
+        return Err(f.err(
+            "num_experts_per_tok",
+            format!("{top_k} is not between 1 and {experts_key} = {num_experts}"),
+        ));
     }
+    let (width, routing, activation, biases) = match arch {
+        Arch::GptOss => (
+            f.usize("intermediate_size")?,
+            Routing::TopKSoftmax,
+            ExpertAct::ClampedSwiGlu {
+                alpha: f.f64_opt("swiglu_alpha")?.unwrap_or(1.702) as f32,
+                limit: f.f64_opt("swiglu_limit")?.unwrap_or(7.0) as f32,
+            },
+            true,
+        ),
+        // Mathematically top-k-then-softmax; transformers 5 computes it as a
+        // softmax over all experts renormalised over the top k, and so do we.
+        Arch::Mixtral => (
+            f.usize("intermediate_size")?,
+            Routing::SoftmaxTopK { renormalize: true },
+            ExpertAct::SwiGlu,
+            false,
+        ),
+        _ => (
+            f.usize("moe_intermediate_size")?,
+            Routing::SoftmaxTopK {
+                renormalize: f.bool_opt("norm_topk_prob")?.unwrap_or(false),
+            },
+            ExpertAct::SwiGlu,
+            false,
+        ),
+    };
+    // Qwen3-MoE's rule: a layer is sparse unless listed in mlp_only_layers,
+    // and only every `decoder_sparse_step`-th layer.
+    let (only_dense, step) = match arch {
+        Arch::Qwen3Moe => {
+            let list = match f.get("mlp_only_layers") {
+                None => Vec::new(),
+                Some(v) => v
+                    .as_array()
+                    .and_then(|a| a.iter().map(|x| x.as_u64().map(|x| x as usize)).collect())
+                    .ok_or_else(|| f.err("mlp_only_layers", "expected a list of layer indices"))?,
+            };
+            (
+                list,
+                f.usize_opt("decoder_sparse_step")?.unwrap_or(1).max(1),
+            )
+        }
+        _ => (Vec::new(), 1),
+    };
+    let sparse_layers = (0..num_layers)
+        .map(|i| !only_dense.contains(&i) && (i + 1) % step == 0)
+        .collect();
+    Ok(Some(MoeSpec {
+        num_experts,
+        top_k,
+        width,
+        routing,
+        activation,
+        biases,
+        sparse_layers,
+    }))
 }
 
 /// `quantization_config`: only the MXFP4 experts of gpt-oss are understood

@@ -13,10 +13,16 @@ pub enum Arch {
     Qwen2,
     Qwen3,
     GptOss,
+    Gemma2,
+    Gemma3,
+    Qwen3Moe,
+    Mixtral,
 }
 
 impl Arch {
-    pub const SUPPORTED: &'static str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GptOssForCausalLM";
+    pub const SUPPORTED: &'static str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, \
+        Qwen3ForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, \
+        Qwen3MoeForCausalLM, MixtralForCausalLM";
 
     pub fn name(self) -> &'static str {
         match self {
@@ -25,6 +31,10 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::GptOss => "gpt_oss",
+            Arch::Gemma2 => "gemma2",
+            Arch::Gemma3 => "gemma3_text",
+            Arch::Qwen3Moe => "qwen3_moe",
+            Arch::Mixtral => "mixtral",
         }
     }
 }
@@ -105,6 +115,8 @@ pub enum AttnSpan {
 pub enum Activation {
     /// `silu(gate) * up` (SwiGLU).
     Silu,
+    /// `gelu_tanh(gate) * up` (Gemma's GeGLU, `gelu_pytorch_tanh`).
+    GeluTanh,
 }
 
 /// How router logits become expert weights.
@@ -138,6 +150,9 @@ pub struct MoeSpec {
     pub activation: ExpertAct,
     /// Router and expert biases (gpt-oss).
     pub biases: bool,
+    /// Per layer: MoE (true) or the dense MLP (Qwen3-MoE's `mlp_only_layers`,
+    /// `decoder_sparse_step`).
+    pub sparse_layers: Vec<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -151,8 +166,12 @@ pub struct ModelSpec {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub norm_eps: f32,
+    /// Added to every RMSNorm weight: Gemma's `x · (1 + w)` is 1.0.
+    pub norm_offset: f32,
     pub max_positions: usize,
     pub tie_embeddings: bool,
+    /// Gemma multiplies embeddings by √hidden.
+    pub embed_scale: Option<f32>,
     /// Biases on the q, k and v projections (Qwen2, `attention_bias`).
     pub qkv_bias: bool,
     /// Bias on the output projection (`attention_bias` on Llama).
@@ -162,11 +181,21 @@ pub struct ModelSpec {
     /// Per-head RMSNorm on q and k before RoPE (Qwen3).
     pub qk_norm: bool,
     pub activation: Activation,
+    /// RoPE of full-attention layers (and of every layer when `rope_local`
+    /// is `None`).
     pub rope: RopeSpec,
+    /// RoPE of sliding layers when it differs (Gemma 3's local base).
+    pub rope_local: Option<RopeSpec>,
     /// One entry per layer.
     pub layer_spans: Vec<AttnSpan>,
     /// A learned per-head logit that joins the softmax denominator (gpt-oss).
     pub attn_sinks: bool,
+    /// Multiplies q·k: head_dim^-½, or Gemma's query_pre_attn_scalar^-½.
+    pub attn_scale: f32,
+    /// `cap · tanh(score / cap)` on attention scores (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// `cap · tanh(logit / cap)` on the output logits (Gemma 2).
+    pub final_softcap: Option<f32>,
     /// Mixture-of-experts MLP, when the family has one.
     pub moe: Option<MoeSpec>,
     /// The dtype the checkpoint says it was saved in.
@@ -196,6 +225,8 @@ impl ModelSpec {
             }
             None => {
                 let i = self.intermediate_size as u64;
+                // (Qwen3-MoE's dense layers are counted as MoE here: an
+                // estimate for `inspect`.)
                 3 * h * i + if self.mlp_bias { 2 * i + h } else { 0 }
             }
         };

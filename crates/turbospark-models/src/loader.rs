@@ -74,6 +74,48 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(w)
     }
 
+    /// Tensors of equal dtype stacked along a new leading axis, in order,
+    /// each of shape `part` (per-expert checkpoints → one stacked weight).
+    /// `groups[i]` lists the tensors concatenated into item i's rows.
+    pub fn stacked(&self, groups: &[Vec<(String, [usize; 2])>]) -> Result<B::Weight> {
+        let mut bytes = Vec::new();
+        let mut dtype = None;
+        let mut rows = 0;
+        let mut cols = 0;
+        for (i, group) in groups.iter().enumerate() {
+            let mut item_rows = 0;
+            for (name, shape) in group {
+                let t = self.ckpt.get_shaped(name, shape)?;
+                if *dtype.get_or_insert(t.dtype) != t.dtype {
+                    return Err(turbospark_format::FormatError::Dtype {
+                        name: name.clone(),
+                        dtype: format!("{} (differs from the other experts)", t.dtype.name()),
+                    }
+                    .into());
+                }
+                bytes.extend_from_slice(t.bytes);
+                item_rows += shape[0];
+                cols = shape[1];
+            }
+            if i == 0 {
+                rows = item_rows;
+            }
+        }
+        let shape = [groups.len(), rows, cols];
+        let name = groups
+            .first()
+            .and_then(|g| g.first())
+            .map_or("", |(n, _)| n.as_str());
+        let w = self.be.upload(&HostTensor {
+            name,
+            dtype: dtype.unwrap_or(turbospark_format::DType::F32),
+            shape: &shape,
+            bytes: &bytes,
+        })?;
+        self.account(bytes.len() as u64, &w);
+        Ok(w)
+    }
+
     /// An MXFP4 weight from `{base}_blocks` and `{base}_scales` with
     /// `rows × cols` per leading index.
     pub fn mxfp4(&self, base: &str, lead: usize, rows: usize, cols: usize) -> Result<B::Weight> {
@@ -98,6 +140,31 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// Bytes of everything uploaded so far, as stored on the backend.
     pub fn device_bytes(&self) -> u64 {
         self.device.get()
+    }
+
+    /// An RMSNorm weight of `dim` values with `offset` added (Gemma stores
+    /// `w` and multiplies by `1 + w`; adding 1 in f32 at load is exactly what
+    /// its forward computes). Stored as f32 when an offset is added.
+    pub fn norm(&self, name: &str, dim: usize, offset: f32) -> Result<B::Weight> {
+        if offset == 0.0 {
+            return self.tensor(name, &[dim]);
+        }
+        let t = self.ckpt.get_shaped(name, &[dim])?;
+        let values: Vec<f32> = t.to_f32().iter().map(|w| w + offset).collect();
+        let w = self.be.upload_f32(&values, &[dim])?;
+        self.account(t.bytes.len() as u64, &w);
+        Ok(w)
+    }
+
+    /// [`norm`](Self::norm) when `present`.
+    pub fn norm_if(
+        &self,
+        present: bool,
+        name: &str,
+        dim: usize,
+        offset: f32,
+    ) -> Result<Option<B::Weight>> {
+        present.then(|| self.norm(name, dim, offset)).transpose()
     }
 
     /// Like [`tensor`](Self::tensor), or `None` when `present` is false.

@@ -7,7 +7,7 @@ use turbospark_backend::Backend;
 use turbospark_format::{Arch, Checkpoint, ModelSpec, load_config};
 
 use crate::error::Result;
-use crate::families::{CausalLm, gpt_oss, llama};
+use crate::families::{CausalLm, gemma, gpt_oss, llama, mixtral, qwen3_moe};
 use crate::loader::{Loader, Progress};
 
 /// Reads and validates `DIR/config.json` without touching weights.
@@ -45,5 +45,8 @@ pub fn load_model_with_spec<B: Backend + 'static>(
             Box::new(llama::load(&loader, spec)?)
         }
         Arch::GptOss => Box::new(gpt_oss::load(&loader, spec)?),
+        Arch::Gemma2 | Arch::Gemma3 => Box::new(gemma::load(&loader, spec)?),
+        Arch::Qwen3Moe => Box::new(qwen3_moe::load(&loader, spec)?),
+        Arch::Mixtral => Box::new(mixtral::load(&loader, spec)?),
     })
 }

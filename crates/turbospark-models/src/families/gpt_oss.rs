@@ -10,20 +10,20 @@ use turbospark_backend::Backend;
 use turbospark_format::ModelSpec;
 
 use crate::error::Result;
-use crate::layers::decoder::{Decoder, Ffn};
+use crate::layers::decoder::{Decoder, Ffn, PRE_NORMS};
 use crate::layers::moe::{ExpertNames, MoeBlock};
 use crate::loader::Loader;
 
 const NAMES: ExpertNames = ExpertNames {
     router: "router",
     experts: "experts",
+    fused_input_major: true,
+    per_expert: None,
 };
 
 pub fn load<B: Backend>(l: &Loader<B>, spec: ModelSpec) -> Result<Decoder<B>> {
     let moe_spec = spec.clone();
-    Decoder::load(l, spec, "mlp", |_, prefix| {
-        Ok(Ffn::Moe(MoeBlock::load_fused(
-            l, prefix, &moe_spec, &NAMES,
-        )?))
+    Decoder::load(l, spec, &PRE_NORMS, "mlp", |_, prefix| {
+        Ok(Ffn::Moe(MoeBlock::load(l, prefix, &moe_spec, &NAMES)?))
     })
 }

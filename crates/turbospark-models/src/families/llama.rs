@@ -8,13 +8,13 @@ use turbospark_backend::Backend;
 use turbospark_format::ModelSpec;
 
 use crate::error::Result;
-use crate::layers::decoder::{Decoder, Ffn};
+use crate::layers::decoder::{Decoder, Ffn, PRE_NORMS};
 use crate::layers::mlp::GatedMlp;
 use crate::loader::Loader;
 
 pub fn load<B: Backend>(l: &Loader<B>, spec: ModelSpec) -> Result<Decoder<B>> {
     let mlp_spec = spec.clone();
-    Decoder::load(l, spec, "mlp", |_, prefix| {
+    Decoder::load(l, spec, &PRE_NORMS, "mlp", |_, prefix| {
         Ok(Ffn::Dense(GatedMlp::load(l, prefix, &mlp_spec)?))
     })
 }

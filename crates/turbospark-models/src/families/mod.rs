@@ -1,8 +1,11 @@
 //! Model families: one file per forward-pass definition, each written once
 //! over the [`Backend`] trait from the shared blocks in `crate::layers`.
 
+pub mod gemma;
 pub mod gpt_oss;
 pub mod llama;
+pub mod mixtral;
+pub mod qwen3_moe;
 
 use turbospark_backend::Backend;
 use turbospark_format::ModelSpec;

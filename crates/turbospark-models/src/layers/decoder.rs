@@ -1,11 +1,13 @@
-//! The pre-norm decoder stack shared by every family whose layers are
-//! `h = x + attn(rmsnorm(x)); x = h + ffn(rmsnorm(h))` (Llama, Mistral, Qwen2,
-//! Qwen3, gpt-oss, and the MoE families): embedding, layers, final RMSNorm,
-//! LM head. Families decide how the pieces are loaded (names, biases, dense
-//! or MoE feed-forward); the forward pass is written once, here.
+//! The pre-norm decoder stack shared by every family: embedding (Gemma
+//! scales it), layers `h = x + post(attn(rmsnorm(x))); x = h +
+//! post(ffn(rmsnorm(h)))` where the `post` norms exist only in Gemma's
+//! sandwich layout, the final RMSNorm, the LM head and Gemma 2's final
+//! soft-cap. Families decide how the pieces are named and loaded (dense or
+//! MoE feed-forward, which norms exist); the forward pass is written once,
+//! here. Sliding layers use the local RoPE table when the family has one.
 
 use turbospark_backend::{Backend, RopeTable};
-use turbospark_format::ModelSpec;
+use turbospark_format::{AttnSpan, DType, ModelSpec};
 
 use crate::error::Result;
 use crate::families::CausalLm;
@@ -31,11 +33,32 @@ impl<B: Backend> Ffn<B> {
     }
 }
 
+/// A family's names for the per-layer norms under `model.layers.N`.
+pub struct NormNames {
+    pub attn: &'static str,
+    pub post_attn: Option<&'static str>,
+    pub ffn: &'static str,
+    pub post_ffn: Option<&'static str>,
+}
+
+/// Llama's: `input_layernorm` before attention, `post_attention_layernorm`
+/// before the feed-forward, nothing after either.
+pub const PRE_NORMS: NormNames = NormNames {
+    attn: "input_layernorm",
+    post_attn: None,
+    ffn: "post_attention_layernorm",
+    post_ffn: None,
+};
+
 pub struct DecoderLayer<B: Backend> {
-    pub attn_norm: B::Weight,
-    pub attn: Attention<B>,
-    pub ffn_norm: B::Weight,
-    pub ffn: Ffn<B>,
+    attn_norm: B::Weight,
+    attn: Attention<B>,
+    post_attn_norm: Option<B::Weight>,
+    ffn_norm: B::Weight,
+    ffn: Ffn<B>,
+    post_ffn_norm: Option<B::Weight>,
+    /// Index into the decoder's RoPE tables.
+    rope: usize,
 }
 
 pub struct Decoder<B: Backend> {
@@ -45,53 +68,78 @@ pub struct Decoder<B: Backend> {
     norm: B::Weight,
     /// `None` when tied to the embedding.
     lm_head: Option<B::Weight>,
-    rope: RopeTable,
+    /// The global table, then the local one when the family has it.
+    ropes: Vec<RopeTable>,
+    /// √hidden rounded to the checkpoint dtype, as Gemma computes it.
+    embed_scale: Option<f32>,
     bytes: u64,
 }
 
 impl<B: Backend> Decoder<B> {
-    /// Loads the parts every such family names the same way
-    /// (`model.embed_tokens`, `model.layers.N.input_layernorm`,
-    /// `…post_attention_layernorm`, `…self_attn`, `model.norm`, `lm_head`);
-    /// `ffn(i, prefix)` loads layer i's feed-forward block from `prefix`.
+    /// Loads the parts every family names the same way
+    /// (`model.embed_tokens`, `model.layers.N.self_attn`, the norms in
+    /// `norms`, `model.norm`, `lm_head`); `ffn(i, prefix)` loads layer i's
+    /// feed-forward block from `model.layers.N.{ffn_name}`.
     pub fn load(
         l: &Loader<B>,
         spec: ModelSpec,
+        norms: &NormNames,
         ffn_name: &str,
         ffn: impl Fn(usize, &str) -> Result<Ffn<B>>,
     ) -> Result<Self> {
-        let (v, h) = (spec.vocab_size, spec.hidden_size);
+        let (v, h, off) = (spec.vocab_size, spec.hidden_size, spec.norm_offset);
         let embed = l.tensor("model.embed_tokens.weight", &[v, h])?;
+        let norm = |p: &str, name: &str| l.norm(&format!("{p}.{name}.weight"), h, off);
+        let optional = |p: &str, name: Option<&str>| name.map(|n| norm(p, n)).transpose();
         let layers = (0..spec.num_layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
+                let span = spec.layer_spans[i];
                 Ok(DecoderLayer {
-                    attn_norm: l.tensor(&format!("{p}.input_layernorm.weight"), &[h])?,
-                    attn: Attention::load(
-                        l,
-                        &format!("{p}.self_attn"),
-                        &spec,
-                        spec.layer_spans[i],
-                    )?,
-                    ffn_norm: l.tensor(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                    attn_norm: norm(&p, norms.attn)?,
+                    attn: Attention::load(l, &format!("{p}.self_attn"), &spec, span)?,
+                    post_attn_norm: optional(&p, norms.post_attn)?,
+                    ffn_norm: norm(&p, norms.ffn)?,
                     ffn: ffn(i, &format!("{p}.{ffn_name}"))?,
+                    post_ffn_norm: optional(&p, norms.post_ffn)?,
+                    rope: match span {
+                        AttnSpan::Sliding { .. } if spec.rope_local.is_some() => 1,
+                        _ => 0,
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let norm = l.tensor("model.norm.weight", &[h])?;
+        let norm = l.norm("model.norm.weight", h, off)?;
         // Some tied checkpoints still carry lm_head.weight; the tie wins, as
         // in transformers.
         let lm_head = l.tensor_if(!spec.tie_embeddings, "lm_head.weight", &[v, h])?;
-        let rope = rope_table(&spec.rope, spec.head_dim);
+        let mut ropes = vec![rope_table(&spec.rope, spec.head_dim)];
+        ropes.extend(
+            spec.rope_local
+                .as_ref()
+                .map(|r| rope_table(r, spec.head_dim)),
+        );
+        let embed_scale = spec.embed_scale.map(|s| round_to(s, spec.dtype));
         Ok(Decoder {
             spec,
             embed,
             layers,
             norm,
             lm_head,
-            rope,
+            ropes,
+            embed_scale,
             bytes: l.device_bytes(),
         })
+    }
+}
+
+/// `v` rounded to `dtype` (Gemma's embedding normalizer is a tensor of the
+/// activation dtype).
+fn round_to(v: f32, dtype: DType) -> f32 {
+    match dtype {
+        DType::BF16 => half::bf16::from_f32(v).to_f32(),
+        DType::F16 => half::f16::from_f32(v).to_f32(),
+        DType::F32 | DType::U8 => v,
     }
 }
 
@@ -113,16 +161,31 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
         let h = spec.hidden_size;
         let mut x = be.tensor(n, h);
         be.embed(&self.embed, tokens, &mut x);
+        if let Some(s) = self.embed_scale {
+            be.scale(&mut x, s);
+        }
+        let eps = spec.norm_eps;
         let mut normed = be.tensor(n, h);
+        // A sandwich norm (Gemma) normalises a block's output before the
+        // residual add.
+        let post = |y: B::Tensor, w: Option<&B::Weight>| match w {
+            Some(w) => {
+                let mut o = be.tensor(n, h);
+                be.rms_norm(&y, w, eps, &mut o);
+                o
+            }
+            None => y,
+        };
         for (i, layer) in self.layers.iter().enumerate() {
-            be.rms_norm(&x, &layer.attn_norm, spec.norm_eps, &mut normed);
+            be.rms_norm(&x, &layer.attn_norm, eps, &mut normed);
+            let rope = &self.ropes[layer.rope];
             let a = layer
                 .attn
-                .forward(be, &normed, &positions, cache.layer_mut(i), &self.rope);
-            be.add(&mut x, &a);
-            be.rms_norm(&x, &layer.ffn_norm, spec.norm_eps, &mut normed);
+                .forward(be, &normed, &positions, cache.layer_mut(i), rope);
+            be.add(&mut x, &post(a, layer.post_attn_norm.as_ref()));
+            be.rms_norm(&x, &layer.ffn_norm, eps, &mut normed);
             let m = layer.ffn.forward(be, &normed);
-            be.add(&mut x, &m);
+            be.add(&mut x, &post(m, layer.post_ffn_norm.as_ref()));
         }
         cache.advance(n);
         let last = if all_logits { x } else { be.row(&x, n - 1) };
@@ -132,6 +195,9 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
         let mut logits = be.tensor(rows, spec.vocab_size);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         be.linear(&normed, head, None, &mut logits);
+        if let Some(cap) = spec.final_softcap {
+            be.softcap(&mut logits, cap);
+        }
         Ok(logits)
     }
 

@@ -1,5 +1,6 @@
 //! The gated MLP: `down(act(gate(x)) * up(x))` with optional biases
-//! (Llama's `mlp_bias`). Weight names `{prefix}.gate_proj.weight` etc.
+//! (Llama's `mlp_bias`); SwiGLU or Gemma's GeGLU. Weight names
+//! `{prefix}.gate_proj.weight` etc.
 
 use turbospark_backend::Backend;
 use turbospark_format::{Activation, ModelSpec};
@@ -43,9 +44,7 @@ impl<B: Backend> GatedMlp<B> {
         be.linear(x, &self.gate, self.gate_bias.as_ref(), &mut gate);
         be.linear(x, &self.up, self.up_bias.as_ref(), &mut up);
         let mut act = be.tensor(n, i);
-        match self.activation {
-            Activation::Silu => be.silu_mul(&gate, &up, &mut act),
-        }
+        be.glu(&gate, &up, self.activation, &mut act);
         let mut out = be.tensor(n, h);
         be.linear(&act, &self.down, self.down_bias.as_ref(), &mut out);
         out

@@ -10,10 +10,17 @@ use turbospark_format::{ModelSpec, MoeSpec};
 use crate::error::Result;
 use crate::loader::Loader;
 
-/// Where a family keeps the router and the experts under the block prefix.
+/// Where a family keeps the router and the experts under the block prefix,
+/// and how its checkpoints store them.
 pub struct ExpertNames {
     pub router: &'static str,
     pub experts: &'static str,
+    /// The fused float layout stores `gate_up_proj` as `[E, H, 2W]`
+    /// (input-major, gpt-oss) rather than `[E, 2W, H]` (Qwen3-MoE, Mixtral
+    /// in transformers 5).
+    pub fused_input_major: bool,
+    /// Per-expert tensors of 4.x checkpoints: `{experts}.{e}.{gate|up|down}.weight`.
+    pub per_expert: Option<[&'static str; 3]>,
 }
 
 pub struct MoeBlock<B: Backend> {
@@ -28,11 +35,11 @@ pub struct MoeBlock<B: Backend> {
 }
 
 impl<B: Backend> MoeBlock<B> {
-    /// Experts stored stacked, as gpt-oss names them: MXFP4 as released
-    /// (`gate_up_proj_blocks` `[E, 2W, H/32, 16]` …, output rows) or the
-    /// float layout `save_pretrained` writes (`gate_up_proj` `[E, H, 2W]`,
-    /// input-major, transposed here).
-    pub fn load_fused(
+    /// Loads the router and the experts in whichever layout the checkpoint
+    /// has: MXFP4 (`gate_up_proj_blocks`/`_scales`, output rows, as gpt-oss
+    /// is released), fused float (`gate_up_proj`, see [`ExpertNames`]), or
+    /// one tensor per expert (stacked here, gate rows before up rows).
+    pub fn load(
         l: &Loader<B>,
         prefix: &str,
         spec: &ModelSpec,
@@ -42,16 +49,30 @@ impl<B: Backend> MoeBlock<B> {
         let (e, w, h) = (m.num_experts, m.width, spec.hidden_size);
         let r = format!("{prefix}.{}", names.router);
         let x = format!("{prefix}.{}", names.experts);
-        let packed = l.ckpt.contains(&format!("{x}.gate_up_proj_blocks"));
-        let (gate_up, down) = if packed {
+        let (gate_up, down) = if l.ckpt.contains(&format!("{x}.gate_up_proj_blocks")) {
             (
                 l.mxfp4(&format!("{x}.gate_up_proj"), e, 2 * w, h)?,
                 l.mxfp4(&format!("{x}.down_proj"), e, h, w)?,
             )
-        } else {
+        } else if let (Some([gate, up, dn]), false) = (
+            names.per_expert,
+            l.ckpt.contains(&format!("{x}.gate_up_proj")),
+        ) {
+            let item = |i: usize, part: &str| format!("{x}.{i}.{part}.weight");
+            let gate_up: Vec<_> = (0..e)
+                .map(|i| vec![(item(i, gate), [w, h]), (item(i, up), [w, h])])
+                .collect();
+            let down: Vec<_> = (0..e).map(|i| vec![(item(i, dn), [h, w])]).collect();
+            (l.stacked(&gate_up)?, l.stacked(&down)?)
+        } else if names.fused_input_major {
             (
                 l.tensor_transposed(&format!("{x}.gate_up_proj"), [e, h, 2 * w])?,
                 l.tensor_transposed(&format!("{x}.down_proj"), [e, w, h])?,
+            )
+        } else {
+            (
+                l.tensor(&format!("{x}.gate_up_proj"), &[e, 2 * w, h])?,
+                l.tensor(&format!("{x}.down_proj"), &[e, h, w])?,
             )
         };
         Ok(MoeBlock {

@@ -2,8 +2,14 @@
 //! `tools/reference/make_fixtures.py` through TurboSpark on the CPU backend
 //! and compares with transformers' own logits and greedy continuation.
 
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+pub mod mutant;
+
 use std::path::PathBuf;
 
+use turbospark_backend::Backend;
 use turbospark_cpu::Cpu;
 use turbospark_format::{ModelSpec, npy};
 use turbospark_models::{Session, load_model_with_spec, read_spec, sampler::argmax};
@@ -60,13 +66,23 @@ fn std_dev(x: &[f32]) -> f32 {
     (x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt() as f32
 }
 
-/// Runs the fixture with `spec` (the fixture's own, possibly mutated).
+/// Runs the fixture with `spec` (the fixture's own, possibly mutated) on
+/// the CPU backend.
 pub fn run(name: &str, spec: ModelSpec, chunk: usize) -> Comparison {
+    run_on(&Cpu, name, spec, chunk)
+}
+
+/// Runs the fixture on any backend.
+pub fn run_on<B: Backend + 'static>(
+    be: &B,
+    name: &str,
+    spec: ModelSpec,
+    chunk: usize,
+) -> Comparison {
     let r = reference(name);
-    let be = Cpu;
-    let model = load_model_with_spec(&be, &fixture_dir(name), spec, &|_, _| {}).unwrap();
+    let model = load_model_with_spec(be, &fixture_dir(name), spec, &|_, _| {}).unwrap();
     let ctx = r.tokens.len() + r.greedy.len() + 1;
-    let mut session = Session::new(&be, model.as_ref(), ctx, chunk);
+    let mut session = Session::new(be, model.as_ref(), ctx, chunk);
     let logits = session.feed(&r.tokens, true).unwrap();
     assert_eq!(logits.len(), r.logits.len());
     let mut worst = 0.0f32;
@@ -115,7 +131,16 @@ pub fn assert_matches(name: &str, chunk: usize) {
 pub fn assert_mutation_caught(name: &str, mutate: impl FnOnce(&mut ModelSpec)) {
     let mut spec = read_spec(&fixture_dir(name)).unwrap();
     mutate(&mut spec);
-    let c = run(name, spec, 512);
+    assert_caught(name, run(name, spec, 512));
+}
+
+/// Asserts that a backend with a deliberate mistake is caught.
+pub fn assert_mistake_caught(name: &str, mistake: mutant::Mistake) {
+    let spec = read_spec(&fixture_dir(name)).unwrap();
+    assert_caught(name, run_on(&mutant::Mutant::new(mistake), name, spec, 512));
+}
+
+fn assert_caught(name: &str, c: Comparison) {
     assert!(
         c.worst_rel_err > 1e-2,
         "{name}: the mutation went unnoticed (max |Δlogit|/std = {})",
