@@ -8,7 +8,9 @@
 pub mod engine;
 pub mod error;
 pub mod generate;
+pub mod perplexity;
 
 pub use engine::Engine;
 pub use error::{EngineError, Result};
 pub use generate::{FinishReason, GenParams, Generated};
+pub use perplexity::Perplexity;

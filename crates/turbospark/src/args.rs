@@ -28,6 +28,8 @@ pub enum Command {
     Synth(SynthArgs),
     /// Measure prefill and decode speed.
     Bench(BenchArgs),
+    /// Teacher-forced perplexity of a text file (windows of --context tokens, default 512).
+    Perplexity(PerplexityArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -166,6 +168,18 @@ pub struct BenchArgs {
     pub prompt_len: usize,
     #[arg(long, default_value_t = 32)]
     pub gen_len: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text to score.
+    #[arg(long)]
+    pub text_file: PathBuf,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => cmd::tokenize::main(a),
         Command::Synth(a) => cmd::synth::main(a),
         Command::Bench(a) => cmd::bench::main(a),
+        Command::Perplexity(a) => cmd::perplexity::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

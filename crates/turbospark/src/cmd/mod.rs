@@ -6,6 +6,7 @@ pub mod bench;
 pub mod chat;
 pub mod inspect;
 pub mod logits;
+pub mod perplexity;
 pub mod run;
 pub mod synth;
 pub mod tokenize;

@@ -1,0 +1,71 @@
+//! Perplexity against a value computed from transformers' own logits
+//! (the llama3-rope fixture), for one window and for several.
+
+use std::path::PathBuf;
+
+use turbospark_cpu::Cpu;
+use turbospark_engine::Engine;
+use turbospark_format::npy;
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/llama3-rope")
+}
+
+fn reference() -> (Vec<u32>, Vec<f32>, usize) {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture().join("reference.json")).unwrap())
+            .unwrap();
+    let tokens: Vec<u32> = json["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let (shape, logits) = npy::read_f32(&fixture().join("logits.npy")).unwrap();
+    (tokens, logits, shape[1])
+}
+
+/// Mean NLL of tokens[1..] under the reference logits of one window.
+fn reference_nll(tokens: &[u32], logits: &[f32], vocab: usize) -> f64 {
+    let mut nll = 0.0;
+    for (row, &next) in logits.chunks(vocab).zip(&tokens[1..]) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let lse = max
+            + row
+                .iter()
+                .map(|&v| (v as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        nll += lse - row[next as usize] as f64;
+    }
+    nll / (tokens.len() - 1) as f64
+}
+
+#[test]
+fn one_window_matches_transformers_logits() {
+    let (tokens, logits, vocab) = reference();
+    let engine = Engine::load(Cpu, &fixture(), &|_, _| {}).unwrap();
+    let p = engine.perplexity(&tokens, tokens.len()).unwrap();
+    let expected = reference_nll(&tokens, &logits, vocab).exp();
+    assert_eq!(p.scored_tokens, tokens.len() - 1);
+    assert!(
+        (p.perplexity / expected - 1.0).abs() < 1e-4,
+        "{} vs {expected}",
+        p.perplexity
+    );
+}
+
+#[test]
+fn windows_restart_the_context() {
+    let (tokens, logits, vocab) = reference();
+    let engine = Engine::load(Cpu, &fixture(), &|_, _| {}).unwrap();
+    // The first window's positions are the same as the reference's; the
+    // second window starts fresh, so its score differs from the reference.
+    let w = 16;
+    let p = engine.perplexity(&tokens[..2 * w], w).unwrap();
+    assert_eq!((p.windows, p.scored_tokens), (2, 2 * (w - 1)));
+    let first = reference_nll(&tokens[..w], &logits[..w * vocab], vocab);
+    let second_fresh = engine.perplexity(&tokens[w..2 * w], w).unwrap().nll;
+    let expected = (first + second_fresh) / 2.0;
+    assert!((p.nll - expected).abs() < 1e-4, "{} vs {expected}", p.nll);
+}

@@ -1,0 +1,25 @@
+//! `turbospark perplexity`: teacher-forced perplexity of a text file in
+//! fixed windows of `--context` tokens.
+
+use anyhow::{Context, Result};
+
+use super::load_engine;
+use crate::args::PerplexityArgs;
+
+pub fn main(a: PerplexityArgs) -> Result<()> {
+    let engine = load_engine(&a.model)?;
+    let text = std::fs::read_to_string(&a.text_file)
+        .with_context(|| format!("{}: cannot read", a.text_file.display()))?;
+    let tokens = engine.tokenizer()?.encode(&text, false)?;
+    let context = a.model.context.unwrap_or(512);
+    let p = engine.perplexity(&tokens, context)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&p)?);
+    } else {
+        println!(
+            "perplexity {:.4} over {} scored tokens ({} tokens, {} windows of {})",
+            p.perplexity, p.scored_tokens, p.total_tokens, p.windows, p.context
+        );
+    }
+    Ok(())
+}
