@@ -133,6 +133,44 @@ mod x86 {
         }
     }
 
+    /// Σ x·w over one row of MXFP4 blocks (`x.len() == 32 · scales.len()`,
+    /// `blocks.len() == 16 · scales.len()`). Codes are looked up as twice
+    /// their value (integers −12..12) with `pshufb`, widened to f32, and
+    /// each block's sum is scaled by 2^(s−127)/2 once.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_mxfp4(x: &[f32], blocks: &[u8], scales: &[u8]) -> f32 {
+        let lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        let low4 = _mm_set1_epi8(0x0F);
+        let mut total = _mm256_setzero_ps();
+        unsafe {
+            for (g, &s) in scales.iter().enumerate() {
+                let bytes = _mm_loadu_si128(blocks.as_ptr().add(g * 16) as *const __m128i);
+                let lo = _mm_and_si128(bytes, low4);
+                let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+                // Element 2j is byte j's low nibble, 2j+1 its high nibble.
+                let first = _mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi));
+                let second = _mm_shuffle_epi8(lut, _mm_unpackhi_epi8(lo, hi));
+                let xp = x.as_ptr().add(g * 32);
+                let mut acc = _mm256_setzero_ps();
+                for (j, codes) in [
+                    first,
+                    _mm_srli_si128(first, 8),
+                    second,
+                    _mm_srli_si128(second, 8),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
+                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8 * j)), w, acc);
+                }
+                let scale = _mm256_set1_ps(super::e8m0(s) * 0.5);
+                total = _mm256_fmadd_ps(acc, scale, total);
+            }
+            hsum(total)
+        }
+    }
+
     /// Caller guarantees AVX2 (+F16C for `F16`) and equal lengths.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn widen<L: Lanes>(w: &[L::Elem], out: &mut [f32]) {
@@ -179,6 +217,49 @@ pub fn dot_f16(x: &[f32], w: &[u16]) -> f32 {
         return unsafe { x86::dot::<x86::F16>(x, w) };
     }
     dot_portable(x, w, f16_bits_to_f32)
+}
+
+/// The 16 E2M1 values, indexed by the 4-bit code (sign is the top bit).
+pub const E2M1: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// E8M0 scale byte → 2^(s − 127), exactly (2^−127 is a subnormal; 255 is
+/// 2^128 = inf, as torch.ldexp gives).
+#[inline]
+pub fn e8m0(s: u8) -> f32 {
+    match s {
+        0 => f32::from_bits(0x0040_0000),
+        _ => f32::from_bits((s as u32) << 23),
+    }
+}
+
+/// Decodes one 32-value MXFP4 block: byte j holds elements 2j (low nibble)
+/// and 2j + 1 (high nibble).
+#[inline]
+pub fn decode_mxfp4_block(bytes: &[u8], scale: u8, out: &mut [f32]) {
+    let s = e8m0(scale);
+    for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = E2M1[(b & 0x0F) as usize] * s;
+        pair[1] = E2M1[(b >> 4) as usize] * s;
+    }
+}
+
+/// Σ x·w over one row of MXFP4 blocks.
+pub fn dot_mxfp4(x: &[f32], blocks: &[u8], scales: &[u8]) -> f32 {
+    assert!(x.len() == scales.len() * 32 && blocks.len() == scales.len() * 16);
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2_fma() {
+        // SAFETY: features checked above; lengths checked.
+        return unsafe { x86::dot_mxfp4(x, blocks, scales) };
+    }
+    let mut buf = [0.0f32; 32];
+    let mut total = 0.0;
+    for (g, &s) in scales.iter().enumerate() {
+        decode_mxfp4_block(&blocks[g * 16..g * 16 + 16], s, &mut buf);
+        total += dot_portable(&x[g * 32..g * 32 + 32], &buf, |v| v);
+    }
+    total
 }
 
 pub fn bf16_to_f32(w: &[u16], out: &mut [f32]) {
@@ -250,5 +331,34 @@ mod tests {
             f16_to_f32(&hf, &mut out);
             assert!(out.iter().zip(&hf).all(|(&o, &b)| o == f16_bits_to_f32(b)));
         }
+    }
+
+    #[test]
+    fn mxfp4_dot_matches_decoding_every_code_and_scale() {
+        // 4 blocks covering all 256 byte values and scales below, at and
+        // above 2^0.
+        let groups = 16;
+        let blocks: Vec<u8> = (0..groups * 16).map(|i| (i * 7 % 256) as u8).collect();
+        let scales: Vec<u8> = (0..groups).map(|g| 120 + g as u8).collect();
+        let x: Vec<f32> = (0..groups * 32)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
+            .collect();
+        let mut expected = 0.0f64;
+        let mut buf = [0.0f32; 32];
+        for g in 0..groups {
+            decode_mxfp4_block(&blocks[g * 16..g * 16 + 16], scales[g], &mut buf);
+            for (j, w) in buf.iter().enumerate() {
+                expected += x[g * 32 + j] as f64 * *w as f64;
+            }
+        }
+        let got = dot_mxfp4(&x, &blocks, &scales) as f64;
+        assert!(
+            (got - expected).abs() < 1e-4 * (1.0 + expected.abs()),
+            "{got} vs {expected}"
+        );
+        // Element order: byte 0x21 → (1.0 low, 0.5 high) scaled by 2^0.
+        let mut one = [0.0f32; 32];
+        decode_mxfp4_block(&[0x21; 16], 127, &mut one);
+        assert_eq!((one[0], one[1]), (0.5, 1.0));
     }
 }

@@ -20,30 +20,6 @@ pub enum WeightData {
     },
 }
 
-/// The 16 E2M1 values, indexed by the 4-bit code (sign is the top bit).
-const E2M1: [f32; 16] = [
-    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
-];
-
-/// E8M0 scale byte → 2^(s − 127), exactly (2^−127 is a subnormal).
-#[inline]
-fn e8m0(s: u8) -> f32 {
-    match s {
-        0 => f32::from_bits(0x0040_0000),
-        _ => f32::from_bits((s as u32) << 23),
-    }
-}
-
-/// Decodes one 32-value MXFP4 block.
-#[inline]
-fn decode_block(bytes: &[u8], scale: u8, out: &mut [f32]) {
-    let s = e8m0(scale);
-    for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = E2M1[(b & 0x0F) as usize] * s;
-        pair[1] = E2M1[(b >> 4) as usize] * s;
-    }
-}
-
 pub struct CpuWeight {
     pub data: WeightData,
     pub shape: Vec<usize>,
@@ -146,7 +122,7 @@ impl CpuWeight {
                 let g0 = start / 32;
                 for (g, o) in out.chunks_exact_mut(32).enumerate() {
                     let b = (g0 + g) * 16;
-                    decode_block(&blocks[b..b + 16], scales[g0 + g], o);
+                    crate::simd::decode_mxfp4_block(&blocks[b..b + 16], scales[g0 + g], o);
                 }
             }
         }
@@ -169,16 +145,12 @@ impl CpuWeight {
             WeightData::BF16(v) => crate::simd::dot_bf16(x, &v[range]),
             WeightData::F16(v) => crate::simd::dot_f16(x, &v[range]),
             WeightData::Mxfp4 { blocks, scales } => {
-                // Decode a block to f32 on the stack, then a SIMD dot.
                 let groups = k / 32;
-                let mut buf = [0.0f32; 32];
-                let mut total = 0.0;
-                for g in 0..groups {
-                    let idx = r * groups + g;
-                    decode_block(&blocks[idx * 16..idx * 16 + 16], scales[idx], &mut buf);
-                    total += crate::simd::dot_f32(&x[g * 32..g * 32 + 32], &buf);
-                }
-                total
+                crate::simd::dot_mxfp4(
+                    x,
+                    &blocks[r * groups * 16..(r + 1) * groups * 16],
+                    &scales[r * groups..(r + 1) * groups],
+                )
             }
         }
     }

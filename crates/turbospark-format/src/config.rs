@@ -265,7 +265,7 @@ fn read_spec(f: &Fields, arch: Arch) -> Result<ModelSpec> {
     let (rope, rope_local) = crate::rope_config::read_rope(f, arch)?;
     let moe = read_moe(f, arch, num_layers)?;
     read_quantization(f, arch)?;
-    let dtype = read_dtype(f)?;
+    let dtype = read_dtype(f, arch)?;
     let (bos_token_id, eos_token_ids) = read_special_tokens(f)?;
     let positive = |key: &str| -> Result<Option<f32>> {
         Ok(f.f64_opt(key)?.filter(|&c| c > 0.0).map(|c| c as f32))
@@ -507,13 +507,16 @@ fn read_quantization(f: &Fields, arch: Arch) -> Result<()> {
     }
 }
 
-fn read_dtype(f: &Fields) -> Result<DType> {
+fn read_dtype(f: &Fields, arch: Arch) -> Result<DType> {
+    // The released gpt-oss config.json has no dtype; its weights are bf16.
+    let fallback = if arch == Arch::GptOss {
+        "bfloat16"
+    } else {
+        "float32"
+    };
     let (key, name) = match f.str_opt("dtype")? {
         Some(d) => ("dtype", d),
-        None => (
-            "torch_dtype",
-            f.str_opt("torch_dtype")?.unwrap_or("float32"),
-        ),
+        None => ("torch_dtype", f.str_opt("torch_dtype")?.unwrap_or(fallback)),
     };
     match name {
         "float32" => Ok(DType::F32),

@@ -31,4 +31,9 @@ pub trait CausalLm<B: Backend>: Send + Sync {
 
     /// Bytes of weights held on the backend.
     fn weight_bytes(&self, be: &B) -> u64;
+
+    /// Weight bytes one decoded token reads: everything but an untied
+    /// embedding table (only gathered), with MoE experts counted for the
+    /// fraction `top_k / experts` that a token activates.
+    fn decode_bytes(&self) -> u64;
 }

@@ -73,6 +73,7 @@ pub struct Decoder<B: Backend> {
     /// √hidden rounded to the checkpoint dtype, as Gemma computes it.
     embed_scale: Option<f32>,
     bytes: u64,
+    decode_bytes: u64,
 }
 
 impl<B: Backend> Decoder<B> {
@@ -120,6 +121,19 @@ impl<B: Backend> Decoder<B> {
                 .map(|r| rope_table(r, spec.head_dim)),
         );
         let embed_scale = spec.embed_scale.map(|s| round_to(s, spec.dtype));
+        let bytes = l.device_bytes();
+        let gathered = if spec.tie_embeddings {
+            0
+        } else {
+            l.be.weight_bytes(&embed) as u64
+        };
+        let idle: u64 = layers
+            .iter()
+            .map(|layer| match &layer.ffn {
+                Ffn::Moe(m) => m.idle_expert_bytes(l.be),
+                Ffn::Dense(_) => 0,
+            })
+            .sum();
         Ok(Decoder {
             spec,
             embed,
@@ -128,7 +142,8 @@ impl<B: Backend> Decoder<B> {
             lm_head,
             ropes,
             embed_scale,
-            bytes: l.device_bytes(),
+            bytes,
+            decode_bytes: bytes - gathered - idle,
         })
     }
 }
@@ -203,5 +218,9 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
 
     fn weight_bytes(&self, _be: &B) -> u64 {
         self.bytes
+    }
+
+    fn decode_bytes(&self) -> u64 {
+        self.decode_bytes
     }
 }

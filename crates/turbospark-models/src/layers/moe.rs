@@ -87,6 +87,13 @@ impl<B: Backend> MoeBlock<B> {
         })
     }
 
+    /// Bytes of the experts a token does not activate, on average.
+    pub fn idle_expert_bytes(&self, be: &B) -> u64 {
+        let all = be.weight_bytes(&self.gate_up) + be.weight_bytes(&self.down);
+        let p = &self.params;
+        (all as u64) * (p.num_experts - p.top_k) as u64 / p.num_experts as u64
+    }
+
     pub fn forward(&self, be: &B, x: &B::Tensor) -> B::Tensor {
         let n = be.shape(x).0;
         let mut logits = be.tensor(n, self.params.num_experts);

@@ -79,8 +79,19 @@ pub fn run_on<B: Backend + 'static>(
     spec: ModelSpec,
     chunk: usize,
 ) -> Comparison {
+    run_dir(be, &fixture_dir(name), name, spec, chunk)
+}
+
+/// Runs the weights in `dir` against fixture `name`'s reference.
+pub fn run_dir<B: Backend + 'static>(
+    be: &B,
+    dir: &std::path::Path,
+    name: &str,
+    spec: ModelSpec,
+    chunk: usize,
+) -> Comparison {
     let r = reference(name);
-    let model = load_model_with_spec(be, &fixture_dir(name), spec, &|_, _| {}).unwrap();
+    let model = load_model_with_spec(be, dir, spec, &|_, _| {}).unwrap();
     let ctx = r.tokens.len() + r.greedy.len() + 1;
     let mut session = Session::new(be, model.as_ref(), ctx, chunk);
     let logits = session.feed(&r.tokens, true).unwrap();
@@ -115,8 +126,14 @@ pub fn run_on<B: Backend + 'static>(
 /// The foundation's tolerance: max |Δ| / std ≤ 1e-3, every argmax equal,
 /// the same greedy continuation.
 pub fn assert_matches(name: &str, chunk: usize) {
-    let spec = read_spec(&fixture_dir(name)).unwrap();
-    let c = run(name, spec, chunk);
+    assert_dir_matches(&fixture_dir(name), name, chunk);
+}
+
+/// [`assert_matches`] for the weights in `dir` (a rewritten copy of fixture
+/// `name`).
+pub fn assert_dir_matches(dir: &std::path::Path, name: &str, chunk: usize) {
+    let spec = read_spec(dir).unwrap();
+    let c = run_dir(&Cpu, dir, name, spec, chunk);
     let r = reference(name);
     assert!(
         c.worst_rel_err <= 1e-3,

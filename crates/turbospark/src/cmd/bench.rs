@@ -35,18 +35,17 @@ pub fn main(a: BenchArgs) -> Result<()> {
     let decode_s = t1.elapsed().as_secs_f64();
     let prefill = prompt.len() as f64 / prefill_s;
     let decode = a.gen_len as f64 / decode_s.max(1e-9);
-    // A tied embedding table is read once per token as the LM head only.
-    let embed_bytes = (spec.vocab_size * spec.hidden_size * 2) as u64;
-    let weight_bytes =
-        engine.model.weight_bytes(&engine.be) - if spec.tie_embeddings { 0 } else { embed_bytes };
+    let weight_bytes = engine.model.decode_bytes();
     let gbs = weight_bytes as f64 * decode / 1e9;
     let threads = rayon::current_num_threads();
+    let (rss, peak_rss) = (proc_status_bytes("VmRSS:"), proc_status_bytes("VmHWM:"));
     if a.json {
         println!(
             "{}",
             json!({"device": "cpu", "threads": threads, "prompt_len": prompt.len(),
                 "gen_len": a.gen_len, "prefill_tok_s": prefill, "decode_tok_s": decode,
-                "weight_bytes_per_token": weight_bytes, "decode_gb_s": gbs})
+                "weight_bytes_per_token": weight_bytes, "decode_gb_s": gbs,
+                "weight_bytes": engine.model.weight_bytes(&engine.be), "rss_bytes": rss, "peak_rss_bytes": peak_rss})
         );
     } else {
         println!("device cpu ({threads} threads)");
@@ -57,6 +56,24 @@ pub fn main(a: BenchArgs) -> Result<()> {
             weight_bytes as f64 / 1e9,
             gbs
         );
+        println!(
+            "peak resident memory {:.2} GiB",
+            peak_rss as f64 / (1u64 << 30) as f64
+        );
     }
     Ok(())
+}
+
+/// A kB field of /proc/self/status (VmRSS, VmHWM) in bytes; 0 where /proc
+/// is unavailable.
+fn proc_status_bytes(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }
