@@ -116,7 +116,7 @@ impl CpuWeight {
             WeightData::F16(v) => crate::simd::f16_to_f32(&v[start..end], out),
             WeightData::Mxfp4 { blocks, scales } => {
                 assert!(
-                    start % 32 == 0 && out.len() % 32 == 0,
+                    start.is_multiple_of(32) && out.len().is_multiple_of(32),
                     "MXFP4 reads whole blocks"
                 );
                 let g0 = start / 32;

@@ -1,12 +1,15 @@
 //! A model directory opened for generation: weights on a backend, the
 //! tokenizer (optional: fixture models have none), the chat template
-//! (optional) and generation defaults.
+//! (optional) and generation defaults. gpt-oss directories without
+//! tokenizer files get the built-in o200k_harmony tokenizer and Harmony
+//! template.
 
 use std::path::{Path, PathBuf};
 
 use turbospark_backend::Backend;
+use turbospark_format::Arch;
 use turbospark_models::{CausalLm, Session, load_model, loader::Progress};
-use turbospark_text::{ChatTemplate, GenerationConfig, Message, Tokenizer};
+use turbospark_text::{ChatTemplate, GenerationConfig, Message, Tokenizer, harmony_stop_ids};
 
 use crate::error::{EngineError, Result};
 
@@ -22,19 +25,27 @@ pub struct Engine<B: Backend> {
 impl<B: Backend + 'static> Engine<B> {
     pub fn load(be: B, dir: &Path, progress: Progress<'_>) -> Result<Self> {
         let model = load_model(&be, dir, progress)?;
-        let tokenizer = if dir.join("tokenizer.json").exists() {
-            Some(Tokenizer::from_dir(dir)?)
-        } else {
-            None
-        };
+        let mut template = ChatTemplate::from_dir(dir)?;
+        // A gpt-oss directory without tokenizer files still chats: the
+        // tokenizer falls back to o200k_harmony, the template to the built-in one.
+        if template.is_none() && model.spec().arch == Arch::GptOss {
+            template = Some(ChatTemplate::gpt_oss()?);
+        }
         Ok(Engine {
             be,
             model,
-            tokenizer,
-            template: ChatTemplate::from_dir(dir)?,
+            tokenizer: Tokenizer::find(dir)?,
+            template,
             gen_config: GenerationConfig::from_dir(dir)?,
             dir: dir.to_path_buf(),
         })
+    }
+
+    /// Whether replies come in gpt-oss' Harmony format (channels for
+    /// reasoning, answer and tool calls; see `turbospark_text::harmony`).
+    pub fn is_harmony(&self) -> bool {
+        self.model.spec().arch == Arch::GptOss
+            || self.template.as_ref().is_some_and(ChatTemplate::is_harmony)
     }
 
     /// A new sequence with room for `max_context` positions.
@@ -43,19 +54,30 @@ impl<B: Backend + 'static> Engine<B> {
         Session::new(&self.be, self.model.as_ref(), ctx, PREFILL_CHUNK.min(ctx))
     }
 
-    /// Token ids that end generation: generation_config.json's, else config.json's.
+    /// Token ids that end generation: generation_config.json's, else
+    /// config.json's, plus Harmony's `<|return|>` and `<|call|>` for a
+    /// Harmony model (a directory without generation_config.json would
+    /// otherwise run past the end of the turn).
     pub fn eos_ids(&self) -> Vec<u32> {
-        if self.gen_config.eos_token_ids.is_empty() {
+        let mut ids = if self.gen_config.eos_token_ids.is_empty() {
             self.model.spec().eos_token_ids.clone()
         } else {
             self.gen_config.eos_token_ids.clone()
+        };
+        if let Some(tok) = self.tokenizer.as_ref().filter(|_| self.is_harmony()) {
+            for id in harmony_stop_ids(tok) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
         }
+        ids
     }
 
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
         self.tokenizer.as_ref().ok_or_else(|| {
             EngineError::Usage(format!(
-                "{}: no tokenizer.json; pass token ids with --prompt-tokens",
+                "{}: no tokenizer.json (and no built-in tokenizer for this model type); pass token ids with --prompt-tokens",
                 self.dir.display()
             ))
         })

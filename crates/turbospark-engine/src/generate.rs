@@ -20,6 +20,9 @@ pub struct GenParams {
     pub max_tokens: usize,
     pub sampler: SamplerConfig,
     pub stop: Vec<String>,
+    /// Stream special tokens as text too (`<|channel|>`...), for callers
+    /// that parse a structured format such as Harmony. Off by default.
+    pub keep_special: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -56,7 +59,7 @@ impl<B: Backend + 'static> Engine<B> {
         let eos = self.eos_ids();
         let mut sampler = Sampler::new(params.sampler.clone());
         let mut history: Vec<u32> = prompt.to_vec();
-        let mut decoder = StreamDecoder::new(true);
+        let mut decoder = StreamDecoder::new(!params.keep_special);
         let mut stops = StopStrings::new(params.stop.clone());
         let mut text = String::new();
         let mut tokens = Vec::new();

@@ -14,6 +14,9 @@ use std::path::Path;
 use common::{assert_dir_matches, fixture_dir};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
+/// One expert's tensor: (expert index, shape, bytes).
+type Expert = (usize, Vec<usize>, Vec<u8>);
+
 /// Copies fixture `name` into a temporary directory with every layer's
 /// per-expert tensors (`{block}.experts.E.{gate|up|down}.weight`) replaced by
 /// the fused `mlp.experts.gate_up_proj` / `mlp.experts.down_proj`.
@@ -27,7 +30,7 @@ fn fused_copy(name: &str, block: &str, parts: [&str; 3]) -> tempfile::TempDir {
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let mut out: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
     // (layer prefix, part) → per-expert (index, shape, bytes).
-    let mut experts: BTreeMap<(String, usize), Vec<(usize, Vec<usize>, Vec<u8>)>> = BTreeMap::new();
+    let mut experts: BTreeMap<(String, usize), Vec<Expert>> = BTreeMap::new();
     for (tname, view) in st.tensors() {
         assert_eq!(view.dtype(), Dtype::F32, "the MoE fixtures are float32");
         let marker = format!(".{block}.experts.");

@@ -140,6 +140,26 @@ impl ChatTemplate {
         Ok(self)
     }
 
+    /// gpt-oss' template (Harmony), compiled into the program: the fallback
+    /// for a gpt-oss directory that ships none, as `Tokenizer::from_dir`
+    /// falls back to o200k_harmony. BOS/EOS as in gpt-oss'
+    /// tokenizer_config.json.
+    pub fn gpt_oss() -> Result<ChatTemplate> {
+        let source = include_str!("../testdata/templates/openai-gpt-oss-120b.jinja");
+        Self::new(
+            source.to_string(),
+            Some("<|startoftext|>".into()),
+            Some("<|return|>".into()),
+        )
+        .map(|t| t.with_name("built-in gpt-oss template"))
+    }
+
+    /// Whether the template writes gpt-oss' Harmony format, whose replies
+    /// come in channels (see [`crate::harmony`]).
+    pub fn is_harmony(&self) -> bool {
+        self.source.contains("<|channel|>")
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

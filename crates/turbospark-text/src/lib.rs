@@ -1,6 +1,7 @@
 //! TurboSpark's text layer: tokenizing prompts, rendering chat templates,
 //! turning generated ids back into printable text and cutting it at stop
-//! strings, and reading a model's generation defaults.
+//! strings, reading gpt-oss' Harmony replies (reasoning, answer, tool
+//! calls), and reading a model's generation defaults.
 //!
 //! It owns everything between the user's text and token ids. It must not
 //! know about tensors, backends or how tokens are sampled.
@@ -8,6 +9,8 @@
 mod chat;
 mod error;
 mod generation;
+pub mod harmony;
+mod o200k;
 mod pyjson;
 mod stop;
 mod stream;
@@ -17,6 +20,9 @@ mod tokenizer;
 pub use chat::{ChatTemplate, Message};
 pub use error::{Result, TextError};
 pub use generation::GenerationConfig;
+pub use harmony::{
+    HarmonyEvent, HarmonyMessage, HarmonyStream, HarmonyTokenStream, harmony_stop_ids,
+};
 pub use stop::StopStrings;
 pub use stream::StreamDecoder;
 pub use tokenizer::Tokenizer;

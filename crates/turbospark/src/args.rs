@@ -82,6 +82,46 @@ pub struct SamplingArgs {
     pub stop: Vec<String>,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ReasoningEffort {
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+}
+
+/// Reasoning models (gpt-oss' Harmony format): how much to think, and
+/// whether to show the thinking.
+#[derive(Args, Clone)]
+pub struct ReasoningArgs {
+    /// Passed to the chat template as `reasoning_effort` (gpt-oss: default medium).
+    #[arg(long, value_enum)]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// Do not print the model's reasoning (Harmony's analysis channel).
+    #[arg(long)]
+    pub hide_reasoning: bool,
+}
+
+impl ReasoningArgs {
+    /// Extra chat-template variables.
+    pub fn template_vars(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut vars = serde_json::Map::new();
+        if let Some(effort) = self.reasoning_effort {
+            vars.insert("reasoning_effort".into(), effort.name().into());
+        }
+        vars
+    }
+}
+
 #[derive(Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -103,6 +143,8 @@ pub struct RunArgs {
     /// Print one JSON object at the end instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub reasoning: ReasoningArgs,
 }
 
 #[derive(Args)]
@@ -126,6 +168,8 @@ pub struct ChatArgs {
     /// System message for the conversation.
     #[arg(long)]
     pub system: Option<String>,
+    #[command(flatten)]
+    pub reasoning: ReasoningArgs,
 }
 
 #[derive(Args)]

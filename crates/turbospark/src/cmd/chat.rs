@@ -2,8 +2,10 @@
 //! template. History is kept (the KV cache of earlier turns is reused when
 //! the rendered conversation extends what was already fed); `/reset` starts
 //! over, `/exit` or end of input leaves, Ctrl-C stops the current answer.
+//! A Harmony model's (gpt-oss) reasoning is shown dimmed or hidden, and only
+//! its answer joins the history (as the template expects).
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,6 +13,7 @@ use anyhow::Result;
 use turbospark_engine::GenParams;
 use turbospark_text::Message;
 
+use super::harmony_view::HarmonyView;
 use super::{context_len, load_engine, sampler_config};
 use crate::args::ChatArgs;
 
@@ -25,7 +28,9 @@ pub fn main(a: ChatArgs) -> Result<()> {
         max_tokens: a.sampling.max_tokens,
         sampler: sampler_config(&a.sampling, &engine.gen_config),
         stop: a.sampling.stop.clone(),
+        keep_special: engine.is_harmony(),
     };
+    let template_vars = a.reasoning.template_vars();
     let mut session = engine.session(context_len(&a.model, &engine));
     let fresh = || -> Vec<Message> { a.system.iter().map(|s| Message::new("system", s)).collect() };
     let mut history = fresh();
@@ -56,16 +61,29 @@ pub fn main(a: ChatArgs) -> Result<()> {
             _ => {}
         }
         history.push(Message::new("user", line));
-        let prompt = engine.encode_chat(&history, &Default::default())?;
+        let prompt = engine.encode_chat(&history, &template_vars)?;
         let todo = session.reuse_prefix(&prompt).to_vec();
         cancel.store(false, Ordering::Relaxed);
-        let result = engine.generate(&mut session, &todo, &params, Some(&cancel), |piece| {
-            let _ = stdout.write_all(piece.as_bytes());
-            let _ = stdout.flush();
-        });
+        let mut view = params
+            .keep_special
+            .then(|| HarmonyView::new(!a.reasoning.hide_reasoning, stdout.is_terminal()));
+        let on_text = |piece: &str| match &mut view {
+            Some(view) => view.push(piece, &mut stdout),
+            None => {
+                let _ = stdout.write_all(piece.as_bytes());
+                let _ = stdout.flush();
+            }
+        };
+        let result = engine.generate(&mut session, &todo, &params, Some(&cancel), on_text);
+        if let Some(view) = &mut view {
+            view.finish(&mut stdout);
+        }
         println!();
         match result {
-            Ok(out) => history.push(Message::new("assistant", out.text.trim())),
+            Ok(out) => {
+                let answer = view.map_or(out.text, |v| v.answer);
+                history.push(Message::new("assistant", answer.trim()));
+            }
             Err(e) => {
                 // Keep the conversation usable: drop the turn that failed.
                 eprintln!("turbospark: error: {e}");

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod chat;
+mod harmony_view;
 pub mod inspect;
 pub mod logits;
 pub mod perplexity;

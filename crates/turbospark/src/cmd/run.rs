@@ -1,12 +1,14 @@
 //! `turbospark run`: one prompt, one streamed continuation (or one JSON
-//! object with `--json`).
+//! object with `--json`). With `--chat` on a Harmony model (gpt-oss) the
+//! reply is shown by parts: reasoning, answer, tool calls.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use anyhow::{Result, bail};
 use turbospark_engine::GenParams;
 use turbospark_text::Message;
 
+use super::harmony_view::HarmonyView;
 use super::{context_len, load_engine, sampler_config};
 use crate::args::RunArgs;
 
@@ -20,28 +22,57 @@ pub fn main(a: RunArgs) -> Result<()> {
                 messages.push(Message::new("system", system));
             }
             messages.push(Message::new("user", text));
-            engine.encode_chat(&messages, &Default::default())?
+            engine.encode_chat(&messages, &a.reasoning.template_vars())?
         }
         (Some(text), None) => engine.encode_plain(text)?,
         (None, None) => bail!("give a prompt with --prompt TEXT or --prompt-tokens 1,2,3"),
     };
+    // A Harmony reply is parsed from its markers, so they must reach us.
+    let harmony = a.chat && engine.is_harmony();
     let params = GenParams {
         max_tokens: a.sampling.max_tokens,
         sampler: sampler_config(&a.sampling, &engine.gen_config),
         stop: a.sampling.stop.clone(),
+        keep_special: harmony,
     };
     let mut session = engine.session(context_len(&a.model, &engine));
-    let mut stdout = std::io::stdout();
     let json = a.json;
+    let stdout = std::io::stdout();
+    let mut view = HarmonyView::new(!a.reasoning.hide_reasoning, stdout.is_terminal());
+    // With --json nothing streams; a Harmony reply is still parsed.
+    let mut shown: Box<dyn Write> = if json {
+        Box::new(std::io::sink())
+    } else {
+        Box::new(stdout)
+    };
     let out = engine.generate(&mut session, &prompt, &params, None, |piece| {
-        if !json {
+        if harmony {
+            view.push(piece, &mut shown);
+        } else {
             // A closed pipe (`| head`) is not an error worth reporting.
-            let _ = stdout.write_all(piece.as_bytes());
-            let _ = stdout.flush();
+            let _ = shown.write_all(piece.as_bytes());
+            let _ = shown.flush();
         }
     })?;
+    if harmony {
+        view.finish(&mut shown);
+    }
     if json {
-        println!("{}", serde_json::to_string(&out)?);
+        let serde_json::Value::Object(fields) = serde_json::to_value(&out)? else {
+            bail!("generation result did not serialise to an object");
+        };
+        let mut object = serde_json::Map::new();
+        for (key, value) in fields {
+            if harmony && key == "text" {
+                // The answer; the reasoning and tool calls beside it.
+                object.insert(key, view.answer.clone().into());
+                object.insert("reasoning".into(), view.reasoning.clone().into());
+                object.insert("tool_calls".into(), serde_json::to_value(&view.tool_calls)?);
+            } else {
+                object.insert(key, value);
+            }
+        }
+        println!("{}", serde_json::Value::Object(object));
     } else {
         println!();
         eprintln!(
