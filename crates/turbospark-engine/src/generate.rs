@@ -23,6 +23,8 @@ pub struct GenParams {
     /// Stream special tokens as text too (`<|channel|>`...), for callers
     /// that parse a structured format such as Harmony. Off by default.
     pub keep_special: bool,
+    /// Generate through end-of-sequence tokens (benchmarks, reference runs).
+    pub ignore_eos: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -56,7 +58,11 @@ impl<B: Backend + 'static> Engine<B> {
         cancel: Option<&AtomicBool>,
         mut on_text: impl FnMut(&str),
     ) -> Result<Generated> {
-        let eos = self.eos_ids();
+        let eos = if params.ignore_eos {
+            Vec::new()
+        } else {
+            self.eos_ids()
+        };
         let mut sampler = Sampler::new(params.sampler.clone());
         let mut history: Vec<u32> = prompt.to_vec();
         let mut decoder = StreamDecoder::new(!params.keep_special);

@@ -80,6 +80,9 @@ pub struct SamplingArgs {
     /// Stop when this text appears (repeatable).
     #[arg(long)]
     pub stop: Vec<String>,
+    /// Keep generating through end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -29,6 +29,7 @@ pub fn main(a: ChatArgs) -> Result<()> {
         sampler: sampler_config(&a.sampling, &engine.gen_config),
         stop: a.sampling.stop.clone(),
         keep_special: engine.is_harmony(),
+        ignore_eos: a.sampling.ignore_eos,
     };
     let template_vars = a.reasoning.template_vars();
     let mut session = engine.session(context_len(&a.model, &engine));

@@ -34,6 +34,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         sampler: sampler_config(&a.sampling, &engine.gen_config),
         stop: a.sampling.stop.clone(),
         keep_special: harmony,
+        ignore_eos: a.sampling.ignore_eos,
     };
     let mut session = engine.session(context_len(&a.model, &engine));
     let json = a.json;

@@ -1,0 +1,228 @@
+//! The command as users (and the issue checks) drive it: `run --json` and
+//! `logits` on every fixture family against transformers' references, the
+//! quick-start model, and bad input giving one line and exit status 2.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use turbospark_format::npy;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    root().join("tests/fixtures").join(name)
+}
+
+fn turbospark(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_turbospark"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn reference(name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap())
+        .unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+fn csv(v: &[u64]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+const FAMILIES: [&str; 11] = [
+    "llama3-rope",
+    "llama-tied-bf16",
+    "mistral-window",
+    "qwen2-bias",
+    "qwen3-qknorm",
+    "gpt-oss-bf16",
+    "gpt-oss-mxfp4",
+    "gemma2",
+    "gemma3",
+    "qwen3-moe",
+    "mixtral",
+];
+
+#[test]
+fn run_json_reproduces_the_greedy_reference_for_every_family() {
+    for name in FAMILIES {
+        let r = reference(name);
+        let dir = fixture(name);
+        let out = turbospark(&[
+            "run",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt-tokens",
+            &csv(&ids(&r["tokens"])),
+            "--max-tokens",
+            "16",
+            "--temperature",
+            "0",
+            "--ignore-eos",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(ids(&json["tokens"]), ids(&r["greedy"]), "{name}");
+        assert_eq!(
+            json["prompt_tokens"],
+            r["tokens"].as_array().unwrap().len(),
+            "{name}"
+        );
+        assert!(json["decode_tok_s"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn logits_writes_every_position_as_npy() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["qwen3-qknorm", "gpt-oss-mxfp4", "gemma2"] {
+        let r = reference(name);
+        let tokens = ids(&r["tokens"]);
+        let out_file = tmp.path().join(format!("{name}.npy"));
+        let out = turbospark(&[
+            "logits",
+            "--model",
+            fixture(name).to_str().unwrap(),
+            "--tokens",
+            &csv(&tokens),
+            "--out",
+            out_file.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (shape, ours) = npy::read_f32(&out_file).unwrap();
+        let (rshape, theirs) = npy::read_f32(&fixture(name).join("logits.npy")).unwrap();
+        assert_eq!(shape, rshape);
+        let worst = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(worst < 1e-2, "{name}: max |Δlogit| {worst}");
+    }
+}
+
+#[test]
+fn quick_start_model_generates_text() {
+    let model = root().join("models/tiny-random-gpt2vocab");
+    let out = turbospark(&[
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "The Rust compiler",
+        "--max-tokens",
+        "8",
+        "--seed",
+        "3",
+        "--temperature",
+        "0.8",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["tokens"].as_array().unwrap().len(), 8);
+    assert!(!json["text"].as_str().unwrap().is_empty());
+    // Same seed, same text.
+    let again = turbospark(&[
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "The Rust compiler",
+        "--max-tokens",
+        "8",
+        "--seed",
+        "3",
+        "--temperature",
+        "0.8",
+        "--json",
+    ]);
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(json["tokens"], again["tokens"]);
+}
+
+/// Asserts exit status 2 and a single line on stderr mentioning `needle`.
+fn assert_clean_error(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn broken_copy(name: &str, edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    edit(tmp.path());
+    tmp
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let run = |dir: &Path, tokens: &str| {
+        turbospark(&[
+            "run",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt-tokens",
+            tokens,
+            "--json",
+        ])
+    };
+    assert_clean_error(&run(Path::new("/no/such/model"), "1"), "/no/such/model");
+    assert_clean_error(&run(&fixture("qwen2-bias"), "1,4000"), "token id 4000");
+    let no_weights = broken_copy("qwen2-bias", |d| {
+        std::fs::remove_file(d.join("model.safetensors")).unwrap()
+    });
+    assert_clean_error(&run(no_weights.path(), "1"), "model.safetensors");
+    let bad_arch = broken_copy("qwen2-bias", |d| {
+        let cfg = std::fs::read_to_string(d.join("config.json")).unwrap();
+        std::fs::write(
+            d.join("config.json"),
+            cfg.replace("Qwen2ForCausalLM", "FalconForCausalLM"),
+        )
+        .unwrap();
+    });
+    assert_clean_error(&run(bad_arch.path(), "1"), "FalconForCausalLM");
+    let bad_shape = broken_copy("qwen2-bias", |d| {
+        let cfg = std::fs::read_to_string(d.join("config.json")).unwrap();
+        let cfg = cfg.replace("\"intermediate_size\": 128", "\"intermediate_size\": 96");
+        std::fs::write(d.join("config.json"), cfg).unwrap();
+    });
+    assert_clean_error(&run(bad_shape.path(), "1"), "gate_proj.weight");
+    let bad_field = broken_copy("llama3-rope", |d| {
+        let cfg = std::fs::read_to_string(d.join("config.json")).unwrap();
+        let cfg = cfg.replace("\"llama3\"", "\"dynamic\"");
+        std::fs::write(d.join("config.json"), cfg).unwrap();
+    });
+    assert_clean_error(&run(bad_field.path(), "1"), "rope_type");
+}
