@@ -226,3 +226,48 @@ fn bad_input_is_one_line_and_exit_2() {
     });
     assert_clean_error(&run(bad_field.path(), "1"), "rope_type");
 }
+
+#[test]
+fn real_chat_templates_render_through_run_chat() {
+    // The quick-start model with a real template: the prompt must be the
+    // rendered conversation (so it is longer than the bare user text).
+    let templates = root().join("crates/turbospark-text/testdata/templates");
+    for template in [
+        "google-gemma-2-2b-it.jinja",
+        "Qwen-Qwen2.5-7B-Instruct.jinja",
+        "Qwen-Qwen3-0.6B.jinja",
+    ] {
+        let model = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(root().join("models/tiny-random-gpt2vocab")).unwrap() {
+            let p = entry.unwrap().path();
+            std::fs::copy(&p, model.path().join(p.file_name().unwrap())).unwrap();
+        }
+        std::fs::copy(
+            templates.join(template),
+            model.path().join("chat_template.jinja"),
+        )
+        .unwrap();
+        let out = turbospark(&[
+            "run",
+            "--model",
+            model.path().to_str().unwrap(),
+            "--chat",
+            "--prompt",
+            "Hello",
+            "--max-tokens",
+            "2",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{template}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // "Hello" alone is one GPT-2 token; the rendered turn markers add many.
+        assert!(
+            json["prompt_tokens"].as_u64().unwrap() > 8,
+            "{template}: {json}"
+        );
+    }
+}
