@@ -40,6 +40,19 @@ pub struct AttnParams {
     pub softcap: Option<f32>,
 }
 
+/// Weight-only quantization applied at load (`--quant`): symmetric, one f32
+/// scale per group of [`QUANT_GROUP`] consecutive values of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quant {
+    /// Values −127..=127, scale = max|w| / 127.
+    Int8,
+    /// Values −8..=7 packed two a byte (low nibble first), scale = max|w| / 7.
+    Int4,
+}
+
+/// Values per quantization scale.
+pub const QUANT_GROUP: usize = 32;
+
 /// The geometry and options of one mixture-of-experts call.
 #[derive(Clone, Copy, Debug)]
 pub struct MoeParams {
@@ -93,6 +106,9 @@ pub trait Backend: Send + Sync {
         blocks: &HostTensor<'_>,
         scales: &HostTensor<'_>,
     ) -> Result<Self::Weight>;
+    /// Makes a quantized weight from a 2-D checkpoint matrix whose rows are
+    /// a multiple of [`QUANT_GROUP`] wide.
+    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<Self::Weight>;
     /// A weight from f32 values (tables computed at load).
     fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<Self::Weight>;
     /// Bytes the weight occupies on the device.

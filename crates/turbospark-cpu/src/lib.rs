@@ -10,10 +10,13 @@ pub mod attention;
 pub mod linear;
 pub mod moe;
 pub mod ops;
+pub mod quant;
 pub mod simd;
 pub mod weight;
 
-use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Result, RopeTable};
+use turbospark_backend::{
+    AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable,
+};
 use turbospark_format::{Activation, HostTensor};
 
 pub use attention::CpuKv;
@@ -45,6 +48,10 @@ impl Backend for Cpu {
 
     fn upload_mxfp4(&self, blocks: &HostTensor<'_>, scales: &HostTensor<'_>) -> Result<CpuWeight> {
         CpuWeight::from_mxfp4(blocks, scales)
+    }
+
+    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<CpuWeight> {
+        CpuWeight::quantized(t, q)
     }
 
     fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<CpuWeight> {

@@ -3,7 +3,7 @@
 //! widened to f32 inside the kernels; f32 stays f32; MXFP4 stays packed and
 //! is decoded block by block. Arithmetic is always f32.
 
-use turbospark_backend::{BackendError, Result};
+use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
 use turbospark_format::{DType, HostTensor};
 
 pub enum WeightData {
@@ -17,6 +17,12 @@ pub enum WeightData {
     Mxfp4 {
         blocks: Vec<u8>,
         scales: Vec<u8>,
+    },
+    /// Weight-only int8/int4 with one f32 scale per 32 values (`quant.rs`).
+    Quantized {
+        quant: Quant,
+        codes: Vec<u8>,
+        scales: Vec<f32>,
     },
 }
 
@@ -78,6 +84,24 @@ impl CpuWeight {
         })
     }
 
+    pub fn quantized(t: &HostTensor<'_>, quant: Quant) -> Result<Self> {
+        if t.shape.len() != 2 || !t.shape[1].is_multiple_of(QUANT_GROUP) {
+            return Err(BackendError::Unsupported(format!(
+                "tensor `{}` {:?}: --quant needs 2-D weights with rows a multiple of {QUANT_GROUP} wide",
+                t.name, t.shape
+            )));
+        }
+        let (codes, scales) = crate::quant::quantize(&t.to_f32(), quant);
+        Ok(CpuWeight {
+            data: WeightData::Quantized {
+                quant,
+                codes,
+                scales,
+            },
+            shape: t.shape.to_vec(),
+        })
+    }
+
     pub fn from_f32(values: &[f32], shape: &[usize]) -> Self {
         CpuWeight {
             data: WeightData::F32(values.to_vec()),
@@ -103,6 +127,7 @@ impl CpuWeight {
             WeightData::F32(v) => v.len() * 4,
             WeightData::BF16(v) | WeightData::F16(v) => v.len() * 2,
             WeightData::Mxfp4 { blocks, scales } => blocks.len() + scales.len(),
+            WeightData::Quantized { codes, scales, .. } => codes.len() + scales.len() * 4,
         }
     }
 
@@ -124,6 +149,17 @@ impl CpuWeight {
                     let b = (g0 + g) * 16;
                     crate::simd::decode_mxfp4_block(&blocks[b..b + 16], scales[g0 + g], o);
                 }
+            }
+            WeightData::Quantized {
+                quant,
+                codes,
+                scales,
+            } => {
+                assert!(
+                    start.is_multiple_of(QUANT_GROUP),
+                    "quantized reads whole groups"
+                );
+                crate::quant::dequantize(codes, scales, *quant, start / QUANT_GROUP, out);
             }
         }
     }
@@ -150,6 +186,23 @@ impl CpuWeight {
                     x,
                     &blocks[r * groups * 16..(r + 1) * groups * 16],
                     &scales[r * groups..(r + 1) * groups],
+                )
+            }
+            WeightData::Quantized {
+                quant,
+                codes,
+                scales,
+            } => {
+                let groups = k / QUANT_GROUP;
+                let per_row = match quant {
+                    Quant::Int8 => k,
+                    Quant::Int4 => k / 2,
+                };
+                crate::quant::dot(
+                    x,
+                    &codes[r * per_row..(r + 1) * per_row],
+                    &scales[r * groups..(r + 1) * groups],
+                    *quant,
                 )
             }
         }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use turbospark_backend::Backend;
 use turbospark_format::Arch;
-use turbospark_models::{CausalLm, Session, load_model, loader::Progress};
+use turbospark_models::{CausalLm, LoadOptions, Session, load_model, loader::Progress};
 use turbospark_text::{ChatTemplate, GenerationConfig, Message, Tokenizer, harmony_stop_ids};
 
 use crate::error::{EngineError, Result};
@@ -24,7 +24,11 @@ pub struct Engine<B: Backend> {
 
 impl<B: Backend + 'static> Engine<B> {
     pub fn load(be: B, dir: &Path, progress: Progress<'_>) -> Result<Self> {
-        let model = load_model(&be, dir, progress)?;
+        Self::load_with(be, dir, LoadOptions::default(), progress)
+    }
+
+    pub fn load_with(be: B, dir: &Path, opts: LoadOptions, progress: Progress<'_>) -> Result<Self> {
+        let model = load_model(&be, dir, opts, progress)?;
         let mut template = ChatTemplate::from_dir(dir)?;
         // A gpt-oss directory without tokenizer files still chats: the
         // tokenizer falls back to o200k_harmony, the template to the built-in one.

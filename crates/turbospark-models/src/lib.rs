@@ -17,5 +17,6 @@ pub mod session;
 pub use error::{ModelError, Result};
 pub use families::CausalLm;
 pub use kv_cache::KvCache;
-pub use model::{load_model, load_model_with_spec, read_spec};
+pub use loader::LoadOptions;
+pub use model::{load_model, load_model_with, load_model_with_spec, read_spec};
 pub use session::Session;

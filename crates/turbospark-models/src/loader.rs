@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 
-use turbospark_backend::Backend;
+use turbospark_backend::{Backend, Quant};
 use turbospark_format::{Checkpoint, HostTensor};
 
 use crate::error::Result;
@@ -13,9 +13,17 @@ use crate::error::Result;
 /// Progress callback: (bytes loaded so far, total bytes).
 pub type Progress<'a> = &'a dyn Fn(u64, u64);
 
+/// Choices made at load time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Weight-only quantization of the projection matrices.
+    pub quant: Option<Quant>,
+}
+
 pub struct Loader<'a, B: Backend> {
     pub be: &'a B,
     pub ckpt: &'a Checkpoint,
+    opts: LoadOptions,
     progress: Progress<'a>,
     done: Cell<u64>,
     total: u64,
@@ -23,10 +31,11 @@ pub struct Loader<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
-    pub fn new(be: &'a B, ckpt: &'a Checkpoint, progress: Progress<'a>) -> Self {
+    pub fn new(be: &'a B, ckpt: &'a Checkpoint, opts: LoadOptions, progress: Progress<'a>) -> Self {
         Loader {
             be,
             ckpt,
+            opts,
             progress,
             done: Cell::new(0),
             total: ckpt.total_bytes(),
@@ -165,6 +174,28 @@ impl<'a, B: Backend> Loader<'a, B> {
         offset: f32,
     ) -> Result<Option<B::Weight>> {
         present.then(|| self.norm(name, dim, offset)).transpose()
+    }
+
+    /// A projection matrix `[out, in]`: like [`tensor`](Self::tensor), but
+    /// quantized when the load options ask for it.
+    pub fn matrix(&self, name: &str, shape: [usize; 2]) -> Result<B::Weight> {
+        let Some(q) = self.opts.quant else {
+            return self.tensor(name, &shape);
+        };
+        let t = self.ckpt.get_shaped(name, &shape)?;
+        let w = self.be.upload_quantized(&t, q)?;
+        self.account(t.bytes.len() as u64, &w);
+        Ok(w)
+    }
+
+    /// [`matrix`](Self::matrix) when `present`.
+    pub fn matrix_if(
+        &self,
+        present: bool,
+        name: &str,
+        shape: [usize; 2],
+    ) -> Result<Option<B::Weight>> {
+        present.then(|| self.matrix(name, shape)).transpose()
     }
 
     /// Like [`tensor`](Self::tensor), or `None` when `present` is false.

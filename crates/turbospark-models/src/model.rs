@@ -8,7 +8,7 @@ use turbospark_format::{Arch, Checkpoint, ModelSpec, load_config};
 
 use crate::error::Result;
 use crate::families::{CausalLm, gemma, gpt_oss, llama, mixtral, qwen3_moe};
-use crate::loader::{Loader, Progress};
+use crate::loader::{LoadOptions, Loader, Progress};
 
 /// Reads and validates `DIR/config.json` without touching weights.
 pub fn read_spec(dir: &Path) -> Result<ModelSpec> {
@@ -25,9 +25,10 @@ pub fn read_spec(dir: &Path) -> Result<ModelSpec> {
 pub fn load_model<B: Backend + 'static>(
     be: &B,
     dir: &Path,
+    opts: LoadOptions,
     progress: Progress<'_>,
 ) -> Result<Box<dyn CausalLm<B>>> {
-    load_model_with_spec(be, dir, read_spec(dir)?, progress)
+    load_model_with(be, dir, read_spec(dir)?, opts, progress)
 }
 
 /// Loads the weights in `dir` for an explicitly given spec (tests use this
@@ -38,8 +39,19 @@ pub fn load_model_with_spec<B: Backend + 'static>(
     spec: ModelSpec,
     progress: Progress<'_>,
 ) -> Result<Box<dyn CausalLm<B>>> {
+    load_model_with(be, dir, spec, LoadOptions::default(), progress)
+}
+
+/// Loads the weights in `dir` for `spec` with explicit load options.
+pub fn load_model_with<B: Backend + 'static>(
+    be: &B,
+    dir: &Path,
+    spec: ModelSpec,
+    opts: LoadOptions,
+    progress: Progress<'_>,
+) -> Result<Box<dyn CausalLm<B>>> {
     let ckpt = Checkpoint::open(dir)?;
-    let loader = Loader::new(be, &ckpt, progress);
+    let loader = Loader::new(be, &ckpt, opts, progress);
     Ok(match spec.arch {
         Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => {
             Box::new(llama::load(&loader, spec)?)

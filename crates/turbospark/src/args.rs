@@ -53,6 +53,15 @@ pub struct ModelArgs {
     /// Context length in tokens (default: the model's, at most 8192).
     #[arg(long, short = 'c')]
     pub context: Option<usize>,
+    /// Quantize the projection weights at load (weight-only, per-32 scales).
+    #[arg(long, value_enum)]
+    pub quant: Option<QuantArg>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum QuantArg {
+    Int8,
+    Int4,
 }
 
 #[derive(Args, Clone)]

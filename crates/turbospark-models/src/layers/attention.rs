@@ -34,10 +34,10 @@ impl<B: Backend> Attention<B> {
         let (h, q, kv, hd) = (spec.hidden_size, spec.q_dim(), spec.kv_dim(), spec.head_dim);
         let name = |s: &str| format!("{prefix}.{s}");
         Ok(Attention {
-            q: l.tensor(&name("q_proj.weight"), &[q, h])?,
-            k: l.tensor(&name("k_proj.weight"), &[kv, h])?,
-            v: l.tensor(&name("v_proj.weight"), &[kv, h])?,
-            o: l.tensor(&name("o_proj.weight"), &[h, q])?,
+            q: l.matrix(&name("q_proj.weight"), [q, h])?,
+            k: l.matrix(&name("k_proj.weight"), [kv, h])?,
+            v: l.matrix(&name("v_proj.weight"), [kv, h])?,
+            o: l.matrix(&name("o_proj.weight"), [h, q])?,
             q_bias: l.tensor_if(spec.qkv_bias, &name("q_proj.bias"), &[q])?,
             k_bias: l.tensor_if(spec.qkv_bias, &name("k_proj.bias"), &[kv])?,
             v_bias: l.tensor_if(spec.qkv_bias, &name("v_proj.bias"), &[kv])?,

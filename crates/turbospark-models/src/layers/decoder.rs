@@ -113,7 +113,7 @@ impl<B: Backend> Decoder<B> {
         let norm = l.norm("model.norm.weight", h, off)?;
         // Some tied checkpoints still carry lm_head.weight; the tie wins, as
         // in transformers.
-        let lm_head = l.tensor_if(!spec.tie_embeddings, "lm_head.weight", &[v, h])?;
+        let lm_head = l.matrix_if(!spec.tie_embeddings, "lm_head.weight", [v, h])?;
         let mut ropes = vec![rope_table(&spec.rope, spec.head_dim)];
         ropes.extend(
             spec.rope_local

@@ -25,9 +25,9 @@ impl<B: Backend> GatedMlp<B> {
         let name = |s: &str| format!("{prefix}.{s}");
         let b = spec.mlp_bias;
         Ok(GatedMlp {
-            gate: l.tensor(&name("gate_proj.weight"), &[i, h])?,
-            up: l.tensor(&name("up_proj.weight"), &[i, h])?,
-            down: l.tensor(&name("down_proj.weight"), &[h, i])?,
+            gate: l.matrix(&name("gate_proj.weight"), [i, h])?,
+            up: l.matrix(&name("up_proj.weight"), [i, h])?,
+            down: l.matrix(&name("down_proj.weight"), [h, i])?,
             gate_bias: l.tensor_if(b, &name("gate_proj.bias"), &[i])?,
             up_bias: l.tensor_if(b, &name("up_proj.bias"), &[i])?,
             down_bias: l.tensor_if(b, &name("down_proj.bias"), &[h])?,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use turbospark_backend::Backend;
 use turbospark_cpu::Cpu;
 use turbospark_format::{ModelSpec, npy};
-use turbospark_models::{Session, load_model_with_spec, read_spec, sampler::argmax};
+use turbospark_models::{LoadOptions, Session, load_model_with, read_spec, sampler::argmax};
 
 pub fn fixture_dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -90,8 +90,20 @@ pub fn run_dir<B: Backend + 'static>(
     spec: ModelSpec,
     chunk: usize,
 ) -> Comparison {
+    run_with(be, dir, name, spec, LoadOptions::default(), chunk)
+}
+
+/// Runs the weights in `dir` with load options (quantization).
+pub fn run_with<B: Backend + 'static>(
+    be: &B,
+    dir: &std::path::Path,
+    name: &str,
+    spec: ModelSpec,
+    opts: LoadOptions,
+    chunk: usize,
+) -> Comparison {
     let r = reference(name);
-    let model = load_model_with_spec(be, dir, spec, &|_, _| {}).unwrap();
+    let model = load_model_with(be, dir, spec, opts, &|_, _| {}).unwrap();
     let ctx = r.tokens.len() + r.greedy.len() + 1;
     let mut session = Session::new(be, model.as_ref(), ctx, chunk);
     let logits = session.feed(&r.tokens, true).unwrap();

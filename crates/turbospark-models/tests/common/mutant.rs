@@ -5,7 +5,9 @@
 
 use std::sync::Mutex;
 
-use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Result, RopeTable};
+use turbospark_backend::{
+    AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable,
+};
 use turbospark_cpu::{Cpu, CpuKv, CpuTensor, CpuWeight};
 use turbospark_format::{Activation, HostTensor};
 
@@ -46,6 +48,9 @@ impl Backend for Mutant {
     }
     fn upload_mxfp4(&self, b: &HostTensor<'_>, s: &HostTensor<'_>) -> Result<CpuWeight> {
         Cpu.upload_mxfp4(b, s)
+    }
+    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<CpuWeight> {
+        Cpu.upload_quantized(t, q)
     }
     fn upload_f32(&self, v: &[f32], shape: &[usize]) -> Result<CpuWeight> {
         Cpu.upload_f32(v, shape)

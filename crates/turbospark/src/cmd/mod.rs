@@ -13,12 +13,14 @@ pub mod synth;
 pub mod tokenize;
 
 use anyhow::{Result, bail};
+use turbospark_backend::Quant;
 use turbospark_cpu::Cpu;
 use turbospark_engine::Engine;
+use turbospark_models::LoadOptions;
 use turbospark_models::sampler::SamplerConfig;
 use turbospark_text::GenerationConfig;
 
-use crate::args::{Device, ModelArgs, SamplingArgs};
+use crate::args::{Device, ModelArgs, QuantArg, SamplingArgs};
 use crate::progress::LoadBar;
 
 /// Loads the model for any subcommand that runs one.
@@ -35,7 +37,15 @@ pub fn load_engine(args: &ModelArgs) -> Result<Engine<Cpu>> {
     }
     let name = args.model.display().to_string();
     let bar = LoadBar::new(&name);
-    let engine = Engine::load(Cpu, &args.model, &|done, total| bar.update(done, total))?;
+    let opts = LoadOptions {
+        quant: args.quant.map(|q| match q {
+            QuantArg::Int8 => Quant::Int8,
+            QuantArg::Int4 => Quant::Int4,
+        }),
+    };
+    let engine = Engine::load_with(Cpu, &args.model, opts, &|done, total| {
+        bar.update(done, total)
+    })?;
     bar.finish();
     Ok(engine)
 }

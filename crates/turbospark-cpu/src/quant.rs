@@ -1,0 +1,166 @@
+//! Weight-only int8 and int4 on the CPU: symmetric per-group quantization
+//! (one f32 scale per 32 values of a row, the layout of llama.cpp's Q8_0 and
+//! Q4_0 with f32 scales) and the dot products over it. Quantization rounds
+//! to nearest; dot products accumulate each group in f32 and scale once.
+
+use turbospark_backend::{QUANT_GROUP, Quant};
+
+/// Quantizes rows of `cols` values: (codes, scales). Int8 codes are one
+/// byte each (as i8); int4 codes are `value + 8` packed two a byte, low
+/// nibble first.
+pub fn quantize(values: &[f32], q: Quant) -> (Vec<u8>, Vec<f32>) {
+    let groups = values.len() / QUANT_GROUP;
+    let mut scales = Vec::with_capacity(groups);
+    let mut codes = Vec::with_capacity(match q {
+        Quant::Int8 => values.len(),
+        Quant::Int4 => values.len() / 2,
+    });
+    for g in values.chunks_exact(QUANT_GROUP) {
+        let max = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let qmax = match q {
+            Quant::Int8 => 127.0,
+            Quant::Int4 => 7.0,
+        };
+        let scale = max / qmax;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        scales.push(scale);
+        match q {
+            Quant::Int8 => codes.extend(
+                g.iter()
+                    .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+            ),
+            Quant::Int4 => codes.extend(g.chunks_exact(2).map(|p| {
+                let c = |v: f32| ((v * inv).round().clamp(-8.0, 7.0) as i32 + 8) as u8;
+                c(p[0]) | (c(p[1]) << 4)
+            })),
+        }
+    }
+    (codes, scales)
+}
+
+/// Widens groups starting at group `g0` into `out` (a multiple of 32 long).
+pub fn dequantize(codes: &[u8], scales: &[f32], q: Quant, g0: usize, out: &mut [f32]) {
+    for (g, o) in out.chunks_exact_mut(QUANT_GROUP).enumerate() {
+        let s = scales[g0 + g];
+        match q {
+            Quant::Int8 => {
+                let c = &codes[(g0 + g) * 32..(g0 + g + 1) * 32];
+                o.iter_mut()
+                    .zip(c)
+                    .for_each(|(o, &c)| *o = c as i8 as f32 * s);
+            }
+            Quant::Int4 => {
+                let c = &codes[(g0 + g) * 16..(g0 + g + 1) * 16];
+                for (pair, &b) in o.chunks_exact_mut(2).zip(c) {
+                    pair[0] = ((b & 0x0F) as i32 - 8) as f32 * s;
+                    pair[1] = ((b >> 4) as i32 - 8) as f32 * s;
+                }
+            }
+        }
+    }
+}
+
+/// Σ x·w over one quantized row (`x.len() == 32 · scales.len()`).
+pub fn dot(x: &[f32], codes: &[u8], scales: &[f32], q: Quant) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: features checked; lengths follow from the row layout.
+        return unsafe { x86::dot(x, codes, scales, q) };
+    }
+    let mut buf = [0.0f32; QUANT_GROUP];
+    let mut total = 0.0;
+    for g in 0..scales.len() {
+        dequantize(codes, scales, q, g, &mut buf);
+        total += x[g * 32..g * 32 + 32]
+            .iter()
+            .zip(&buf)
+            .map(|(a, b)| a * b)
+            .sum::<f32>();
+    }
+    total
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use turbospark_backend::Quant;
+
+    /// Per group: 32 codes → four 8-lane i32 vectors → f32, FMA with x,
+    /// then one multiply by the group's scale.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot(x: &[f32], codes: &[u8], scales: &[f32], q: Quant) -> f32 {
+        let mut total = _mm256_setzero_ps();
+        let low4 = _mm_set1_epi8(0x0F);
+        let eight = _mm_set1_epi8(8);
+        unsafe {
+            for (g, &s) in scales.iter().enumerate() {
+                let (a, b) = match q {
+                    Quant::Int8 => {
+                        let p = codes.as_ptr().add(g * 32) as *const __m128i;
+                        (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1)))
+                    }
+                    Quant::Int4 => {
+                        let bytes = _mm_loadu_si128(codes.as_ptr().add(g * 16) as *const __m128i);
+                        let lo = _mm_sub_epi8(_mm_and_si128(bytes, low4), eight);
+                        let hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), eight);
+                        // Element 2j is byte j's low nibble, 2j+1 its high nibble.
+                        (_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi))
+                    }
+                };
+                let xp = x.as_ptr().add(g * 32);
+                let mut acc = _mm256_setzero_ps();
+                for (j, c) in [a, _mm_srli_si128(a, 8), b, _mm_srli_si128(b, 8)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
+                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8 * j)), w, acc);
+                }
+                total = _mm256_fmadd_ps(acc, _mm256_set1_ps(s), total);
+            }
+            let lo = _mm256_castps256_ps128(total);
+            let hi = _mm256_extractf128_ps(total, 1);
+            let v = _mm_add_ps(lo, hi);
+            let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+            _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_error_is_within_half_a_step_and_dots_agree() {
+        let w: Vec<f32> = (0..96)
+            .map(|i| ((i * 37 % 41) as f32 - 20.0) / 13.0)
+            .collect();
+        let x: Vec<f32> = (0..96)
+            .map(|i| ((i * 11 % 17) as f32 - 8.0) / 5.0)
+            .collect();
+        for q in [Quant::Int8, Quant::Int4] {
+            let (codes, scales) = quantize(&w, q);
+            let mut back = vec![0.0; 96];
+            dequantize(&codes, &scales, q, 0, &mut back);
+            for (g, (a, b)) in w.chunks(32).zip(back.chunks(32)).enumerate() {
+                for (x, y) in a.iter().zip(b) {
+                    assert!((x - y).abs() <= scales[g] * 0.5 + 1e-6, "{q:?}: {x} vs {y}");
+                }
+            }
+            let exact: f32 = x.iter().zip(&back).map(|(a, b)| a * b).sum();
+            let got = dot(&x, &codes, &scales, q);
+            assert!(
+                (got - exact).abs() < 1e-4 * (1.0 + exact.abs()),
+                "{q:?}: {got} vs {exact}"
+            );
+        }
+        // The largest magnitude maps to the extreme code exactly.
+        let (codes, scales) = quantize(&w[..32], Quant::Int4);
+        let mut back = vec![0.0; 32];
+        dequantize(&codes, &scales, Quant::Int4, 0, &mut back);
+        let max = w[..32].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(back.iter().any(|v| (v.abs() - max).abs() < 1e-6));
+    }
+}
