@@ -126,45 +126,23 @@ fn logits_writes_every_position_as_npy() {
 #[test]
 fn quick_start_model_generates_text() {
     let model = root().join("models/tiny-random-gpt2vocab");
-    let out = turbospark(&[
-        "run",
-        "--model",
-        model.to_str().unwrap(),
-        "--prompt",
-        "The Rust compiler",
-        "--max-tokens",
-        "8",
-        "--seed",
-        "3",
-        "--temperature",
-        "0.8",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sample = || {
+        let args = "--prompt|The Rust compiler|--max-tokens|8|--seed|3|--temperature|0.8|--json";
+        let mut all = vec!["run", "--model", model.to_str().unwrap()];
+        all.extend(args.split('|'));
+        let out = turbospark(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let json = sample();
     assert_eq!(json["tokens"].as_array().unwrap().len(), 8);
     assert!(!json["text"].as_str().unwrap().is_empty());
     // Same seed, same text.
-    let again = turbospark(&[
-        "run",
-        "--model",
-        model.to_str().unwrap(),
-        "--prompt",
-        "The Rust compiler",
-        "--max-tokens",
-        "8",
-        "--seed",
-        "3",
-        "--temperature",
-        "0.8",
-        "--json",
-    ]);
-    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
-    assert_eq!(json["tokens"], again["tokens"]);
+    assert_eq!(json["tokens"], sample()["tokens"]);
 }
 
 /// Asserts exit status 2 and a single line on stderr mentioning `needle`.
