@@ -1,0 +1,157 @@
+// KV store writes and causal attention over the ring KV store.
+//
+// The store holds f32 K and V `[capacity, kv_dim]` and `slot_pos[capacity]`
+// (i64, −1 = empty): slot p % capacity holds position p. A key at position k
+// is visible to a query at position q when 0 ≤ k ≤ q and, for a sliding span
+// (window > 0), q − k < window (crates/turbospark-cpu/src/attention.rs).
+//
+// Attention is split over the key slots (flash-decoding): `attn_partial`
+// runs one block per (query row, head, split); each of its 4 warps walks a
+// strided subset of the split's slots with an online softmax (running max m,
+// denominator l, unnormalised output), warps merge in shared memory, and the
+// block writes (m, l, o). `attn_combine` merges the splits, adds the sink
+// logit to the denominator only, and normalises. Scores are f32
+// q·k · scale, softcapped before the mask as the CPU does; the max-shifted
+// exponentials equal the CPU's two-pass softmax up to rounding.
+
+// slot_pos and K/V rows for rows of k/v at `positions`. When a call holds
+// more rows than the ring has slots, several rows share a slot and the last
+// one wins, as in the CPU's sequential loop. One block per row.
+extern "C" __global__ void kv_write(float* kc, float* vc, i64* slot_pos, const float* k,
+                                    const float* v, const u32* positions, u32 rows, u32 kv_dim,
+                                    u32 capacity) {
+    const u32 row = blockIdx.x;
+    const u32 slot = positions[row] % capacity;
+    __shared__ int superseded;
+    if (threadIdx.x == 0) {
+        superseded = 0;
+        if (rows > capacity) {
+            for (u32 j = row + 1; j < rows; j++) {
+                if (positions[j] % capacity == slot) superseded = 1;
+            }
+        }
+    }
+    __syncthreads();
+    if (superseded) return;
+    const u64 dst = (u64)slot * kv_dim, src = (u64)row * kv_dim;
+    for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        kc[dst + i] = k[src + i];
+        vc[dst + i] = v[src + i];
+    }
+    if (threadIdx.x == 0) slot_pos[slot] = (i64)positions[row];
+}
+
+#define ATT_MAX_HD 256
+#define ATT_WARPS 4
+#define ATT_PER_LANE (ATT_MAX_HD / 32)
+
+// part_o [rows·heads, splits, head_dim], part_ml [rows·heads, splits, 2].
+// Slots [slot_lo, slot_hi) are cut into splits of `per_split` slots.
+extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const float* q,
+                                        const float* kc, const float* vc, const i64* slot_pos,
+                                        const u32* positions, u32 num_heads, u32 group,
+                                        u32 head_dim, u32 kv_dim, float scale, float softcap,
+                                        i64 window, u32 slot_lo, u32 slot_hi, u32 per_split) {
+    const u32 rh = blockIdx.x, row = rh / num_heads, head = rh % num_heads;
+    const u32 split = blockIdx.y, splits = gridDim.y;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const u32 s0 = slot_lo + split * per_split;
+    const u32 s1 = min(s0 + per_split, slot_hi);
+    const i64 qpos = (i64)positions[row];
+    const float* qv = q + (u64)rh * head_dim;
+    const u64 kv_off = (u64)(head / group) * head_dim;
+
+    float qr[ATT_PER_LANE], acc[ATT_PER_LANE];
+#pragma unroll
+    for (int j = 0; j < ATT_PER_LANE; j++) {
+        const u32 d = lane + 32 * j;
+        qr[j] = d < head_dim ? qv[d] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    for (u32 s = s0 + warp; s < s1; s += ATT_WARPS) {
+        const i64 kp = slot_pos[s];
+        if (kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window)) continue;
+        const float* kk = kc + (u64)s * kv_dim + kv_off;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATT_PER_LANE; j++) {
+            const u32 d = lane + 32 * j;
+            if (d < head_dim) dot += qr[j] * kk[d];
+        }
+        float sc = warp_sum(dot) * scale;
+        if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+        const float mn = fmaxf(m, sc);
+        const float corr = expf(m - mn);  // 0 for the first visible key
+        const float p = expf(sc - mn);
+        l = l * corr + p;
+        const float* vv = vc + (u64)s * kv_dim + kv_off;
+#pragma unroll
+        for (int j = 0; j < ATT_PER_LANE; j++) {
+            const u32 d = lane + 32 * j;
+            if (d < head_dim) acc[j] = acc[j] * corr + p * vv[d];
+        }
+        m = mn;
+    }
+
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float so[ATT_WARPS][ATT_MAX_HD];
+    if (lane == 0) {
+        sm[warp] = m;
+        sl[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < ATT_PER_LANE; j++) {
+        const u32 d = lane + 32 * j;
+        if (d < head_dim) so[warp][d] = acc[j];
+    }
+    __syncthreads();
+    float bm = NEG_INF;
+    for (int w = 0; w < ATT_WARPS; w++) bm = fmaxf(bm, sm[w]);
+    float f[ATT_WARPS];
+    float bl = 0.0f;
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = sm[w] == NEG_INF ? 0.0f : expf(sm[w] - bm);  // empty warps weigh nothing
+        bl += sl[w] * f[w];
+    }
+    const u64 out = (u64)rh * splits + split;
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) o += so[w][d] * f[w];
+        part_o[out * head_dim + d] = o;
+    }
+    if (threadIdx.x == 0) {
+        part_ml[out * 2] = bm;
+        part_ml[out * 2 + 1] = bl;
+    }
+}
+
+// out [rows, heads·head_dim]; one block per (row, head). `sinks` (one logit
+// per head, dtype sinks_dt) is null when the layer has none.
+extern "C" __global__ void attn_combine(float* out, const float* part_o, const float* part_ml,
+                                        const void* sinks, int sinks_dt, u32 num_heads,
+                                        u32 head_dim, u32 splits) {
+    const u32 rh = blockIdx.x, head = rh % num_heads;
+    const float* ml = part_ml + (u64)rh * splits * 2;
+    float M = NEG_INF;
+    for (u32 s = 0; s < splits; s++) M = fmaxf(M, ml[2 * s]);
+    float L = 0.0f;
+    if (sinks) {
+        const float sink = load_w(sinks, sinks_dt, head);
+        M = fmaxf(M, sink);
+        L = expf(sink - M);
+    }
+    for (u32 s = 0; s < splits; s++) {
+        if (ml[2 * s] != NEG_INF) L += ml[2 * s + 1] * expf(ml[2 * s] - M);
+    }
+    // No visible key and no sink gives 0/0 = NaN, as on the CPU.
+    const float inv = 1.0f / L;
+    const float* po = part_o + (u64)rh * splits * head_dim;
+    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float o = 0.0f;
+        for (u32 s = 0; s < splits; s++) {
+            if (ml[2 * s] != NEG_INF) o += po[(u64)s * head_dim + d] * expf(ml[2 * s] - M);
+        }
+        out[(u64)rh * head_dim + d] = o * inv;
+    }
+}

@@ -1,0 +1,80 @@
+// Shared by every kernel family: prepended to each .cu file before NVRTC
+// compiles it (NVRTC gets no include path, so no CUDA headers are used).
+//
+// Numerics: weights are widened to f32 exactly (bf16 is the top half of an
+// f32; f16 goes through the hardware cvt); all arithmetic is f32.
+
+typedef unsigned long long u64;
+typedef long long i64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+#define NEG_INF __int_as_float(0xff800000)
+
+// Dense weight dtype codes; must match `Dense::code` in src/weight.rs.
+#define DT_F32 0
+#define DT_BF16 1
+#define DT_F16 2
+
+__device__ __forceinline__ float bf16_to_f32(u16 b) {
+    return __uint_as_float(((u32)b) << 16);
+}
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+// Round to nearest even (sm_80+).
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// Element `i` of a dense weight of dtype `dt`, as f32 (small vectors: norm
+// weights, biases, sinks, embedding rows).
+__device__ __forceinline__ float load_w(const void* w, int dt, u64 i) {
+    switch (dt) {
+        case DT_BF16: return bf16_to_f32(((const u16*)w)[i]);
+        case DT_F16: return f16_to_f32(((const u16*)w)[i]);
+        default: return ((const float*)w)[i];
+    }
+}
+
+// E2M1 code (sign in bit 3) -> its value {0, .5, 1, 1.5, 2, 3, 4, 6}, built
+// from the bits: exponent field e = bits 1-2, mantissa m = bit 0; e = 0 is
+// the subnormal 0.5·m, otherwise (1 + m/2)·2^(e−1). Exact.
+__device__ __forceinline__ float e2m1(u32 c) {
+    u32 e = (c >> 1) & 3u, m = c & 1u;
+    u32 bits = e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3f000000u : 0u);
+    return __uint_as_float(bits | ((c & 8u) << 28));
+}
+
+// E8M0 scale byte -> 2^(s − 127) exactly (0 is the subnormal 2^−127, 255 is
+// inf), as the CPU backend and torch.ldexp.
+__device__ __forceinline__ float e8m0(u32 s) {
+    return s == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(s << 23);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32); every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[32];
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // `part` may still be read by a previous call
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    return warp_sum(lane < (blockDim.x >> 5) ? part[lane] : 0.0f);
+}
+
+// Grid-stride loop over [0, n).
+#define FOR_EACH(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)

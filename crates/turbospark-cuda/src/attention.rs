@@ -1,0 +1,236 @@
+//! The KV store on the device and attention over it (kernels/attention.cu).
+//!
+//! The store is a ring of `capacity` slots with the CPU backend's semantics
+//! (crates/turbospark-cpu/src/attention.rs): slot `p % capacity` holds the
+//! f32 key and value rows of position `p`, and `slot_pos` (i64, −1 = empty)
+//! remembers which position each slot holds. This module owns the store and
+//! the launch geometry (the slot range to scan, the split over it); it must
+//! not synchronise with the host.
+
+use cudarc::driver::CudaSlice;
+use turbospark_backend::{AttnParams, KvSpec};
+use turbospark_format::AttnSpan;
+
+use crate::kernels::Arg;
+use crate::weight::CudaWeight;
+use crate::{Cuda, CudaTensor};
+
+/// Largest head_dim the attention kernel holds in registers.
+pub const MAX_HEAD_DIM: usize = 256;
+/// Fewest key slots one attention block scans.
+const MIN_SLOTS_PER_SPLIT: usize = 32;
+
+pub struct CudaKv {
+    pub spec: KvSpec,
+    /// `[capacity, kv_dim]` f32.
+    pub k: CudaSlice<f32>,
+    pub v: CudaSlice<f32>,
+    /// Position stored in each slot; −1 when empty.
+    pub slot_pos: CudaSlice<i64>,
+}
+
+impl CudaKv {
+    pub(crate) fn new(be: &Cuda, spec: KvSpec) -> Self {
+        let n = spec.capacity * spec.kv_dim;
+        CudaKv {
+            spec,
+            k: be.zeros(n),
+            v: be.zeros(n),
+            slot_pos: be.upload_slice(&vec![-1i64; spec.capacity]),
+        }
+    }
+
+    /// (K, V, slot positions) copied to the host (tests, debugging).
+    pub fn to_host(&self, be: &Cuda) -> (Vec<f32>, Vec<f32>, Vec<i64>) {
+        let n = self.spec.capacity * self.spec.kv_dim;
+        let get = |s: &CudaSlice<f32>| -> Vec<f32> {
+            if n == 0 {
+                return Vec::new();
+            }
+            be.stream
+                .clone_dtoh(&s.slice(..n))
+                .unwrap_or_else(|e| panic!("CUDA: {e}"))
+        };
+        let pos = be
+            .stream
+            .clone_dtoh(&self.slot_pos.slice(..self.spec.capacity))
+            .unwrap_or_else(|e| panic!("CUDA: {e}"));
+        (get(&self.k), get(&self.v), pos)
+    }
+}
+
+pub fn kv_write(be: &Cuda, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, positions: &[u32]) {
+    let d = kv.spec.kv_dim;
+    let n = positions.len();
+    assert_eq!((k.rows, k.cols), (n, d), "kv_write: k is not [{n}, {d}]");
+    assert_eq!((v.rows, v.cols), (n, d), "kv_write: v is not [{n}, {d}]");
+    if n == 0 || kv.spec.capacity == 0 {
+        return;
+    }
+    let pos = be.upload_slice(positions);
+    be.launch(
+        &be.k.kv_write,
+        (n as u32, 1, 1),
+        128,
+        &[
+            Arg::Ptr(be.ptr(&kv.k)),
+            Arg::Ptr(be.ptr(&kv.v)),
+            Arg::Ptr(be.ptr(&kv.slot_pos)),
+            Arg::Ptr(be.ptr(&k.data)),
+            Arg::Ptr(be.ptr(&v.data)),
+            Arg::Ptr(be.ptr(&pos)),
+            Arg::U32(n as u32),
+            Arg::U32(d as u32),
+            Arg::U32(kv.spec.capacity as u32),
+        ],
+    );
+}
+
+/// The slots that can hold a key visible to some query: while no position
+/// of the queries has wrapped the ring, position p sits in slot p, so only
+/// slots up to the largest query position (and, for a sliding span, from
+/// the smallest query's window start) need scanning; anything else there is
+/// a stale position beyond every query and invisible anyway.
+fn slot_range(positions: &[u32], capacity: usize, span: AttnSpan) -> (usize, usize) {
+    let max = positions.iter().copied().max().unwrap_or(0) as usize;
+    let min = positions.iter().copied().min().unwrap_or(0) as usize;
+    if max >= capacity {
+        return (0, capacity);
+    }
+    let lo = match span {
+        AttnSpan::Full => 0,
+        AttnSpan::Sliding { window } => (min + 1).saturating_sub(window),
+    };
+    (lo, max + 1)
+}
+
+pub fn attention(
+    be: &Cuda,
+    q: &CudaTensor,
+    kv: &CudaKv,
+    positions: &[u32],
+    p: &AttnParams,
+    sinks: Option<&CudaWeight>,
+    out: &mut CudaTensor,
+) {
+    let (n, hd, heads) = (positions.len(), p.head_dim, p.num_heads);
+    assert_eq!(
+        (q.rows, q.cols),
+        (n, heads * hd),
+        "attention: q is not [{n}, {heads}·{hd}]"
+    );
+    assert_eq!(
+        (out.rows, out.cols),
+        (q.rows, q.cols),
+        "attention: out differs from q"
+    );
+    assert!(
+        hd > 0 && hd <= MAX_HEAD_DIM,
+        "attention: head_dim {hd} (at most {MAX_HEAD_DIM})"
+    );
+    assert!(
+        p.num_kv_heads > 0 && heads % p.num_kv_heads == 0,
+        "attention: {heads} heads over {} KV heads",
+        p.num_kv_heads
+    );
+    assert!(
+        p.num_kv_heads * hd <= kv.spec.kv_dim,
+        "attention: KV rows are too narrow"
+    );
+    if n == 0 || heads == 0 {
+        return;
+    }
+    let window = match p.span {
+        AttnSpan::Full => 0,
+        AttnSpan::Sliding { window } => {
+            assert!(window > 0, "attention: a sliding window of 0");
+            window as i64
+        }
+    };
+    let (lo, hi) = slot_range(positions, kv.spec.capacity, p.span);
+    // Split the slots so that there are about two blocks per SM in flight.
+    let rh = n * heads;
+    let want = (2 * be.sm_count as usize).div_ceil(rh);
+    let splits = want.clamp(1, (hi - lo).div_ceil(MIN_SLOTS_PER_SPLIT).max(1));
+    let per_split = (hi - lo).div_ceil(splits).max(1);
+    let splits = (hi - lo).div_ceil(per_split).max(1);
+
+    let part_o = be.scratch::<f32>(rh * splits * hd);
+    let part_ml = be.scratch::<f32>(rh * splits * 2);
+    let pos = be.upload_slice(positions);
+    be.launch(
+        &be.k.attn_partial,
+        (rh as u32, splits as u32, 1),
+        128,
+        &[
+            Arg::Ptr(be.ptr(&part_o)),
+            Arg::Ptr(be.ptr(&part_ml)),
+            Arg::Ptr(be.ptr(&q.data)),
+            Arg::Ptr(be.ptr(&kv.k)),
+            Arg::Ptr(be.ptr(&kv.v)),
+            Arg::Ptr(be.ptr(&kv.slot_pos)),
+            Arg::Ptr(be.ptr(&pos)),
+            Arg::U32(heads as u32),
+            Arg::U32((heads / p.num_kv_heads) as u32),
+            Arg::U32(hd as u32),
+            Arg::U32(kv.spec.kv_dim as u32),
+            Arg::F32(p.scale),
+            Arg::F32(p.softcap.unwrap_or(0.0)),
+            Arg::I64(window),
+            Arg::U32(lo as u32),
+            Arg::U32(hi as u32),
+            Arg::U32(per_split as u32),
+        ],
+    );
+    let (sink_ptr, sink_dt) = match sinks {
+        Some(s) => {
+            assert_eq!(
+                s.numel(),
+                heads,
+                "attention: {} sinks for {heads} heads",
+                s.numel()
+            );
+            s.dense_ptr(be, "sinks")
+        }
+        None => (0, 0),
+    };
+    be.launch(
+        &be.k.attn_combine,
+        (rh as u32, 1, 1),
+        128,
+        &[
+            Arg::Ptr(be.ptr(&out.data)),
+            Arg::Ptr(be.ptr(&part_o)),
+            Arg::Ptr(be.ptr(&part_ml)),
+            Arg::Ptr(sink_ptr),
+            Arg::I32(sink_dt),
+            Arg::U32(heads as u32),
+            Arg::U32(hd as u32),
+            Arg::U32(splits as u32),
+        ],
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_range_covers_every_visible_key() {
+        // Before the ring wraps: slots 0..=max, from the window start.
+        assert_eq!(slot_range(&[5, 6, 7], 16, AttnSpan::Full), (0, 8));
+        assert_eq!(
+            slot_range(&[5, 6, 7], 16, AttnSpan::Sliding { window: 3 }),
+            (3, 8)
+        );
+        assert_eq!(
+            slot_range(&[1], 16, AttnSpan::Sliding { window: 3 }),
+            (0, 2)
+        );
+        // Once a query position reaches the capacity, the whole ring.
+        assert_eq!(
+            slot_range(&[15, 16], 16, AttnSpan::Sliding { window: 4 }),
+            (0, 16)
+        );
+    }
+}

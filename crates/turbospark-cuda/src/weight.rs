@@ -1,0 +1,231 @@
+//! Device weight storage. Every weight stays in its checkpoint format in
+//! device memory (the bytes are copied as they are): f32, bf16 and f16 as
+//! dense arrays, MXFP4 as its packed blocks and E8M0 scales. Kernels widen
+//! to f32 as they read. Weight-only int8/int4 (`--quant`) is quantized here,
+//! on the host, with the CPU backend's exact rule, so both backends hold the
+//! same codes. It owns upload, validation and that quantization; it must
+//! not do other arithmetic.
+
+use cudarc::driver::CudaSlice;
+use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
+use turbospark_format::{DType, HostTensor};
+
+use crate::Cuda;
+
+/// Element type of a dense weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dense {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Dense {
+    /// The dtype code the kernels take (`DT_*` in kernels/common.cuh).
+    pub fn code(self) -> i32 {
+        match self {
+            Dense::F32 => 0,
+            Dense::Bf16 => 1,
+            Dense::F16 => 2,
+        }
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            Dense::F32 => 4,
+            Dense::Bf16 | Dense::F16 => 2,
+        }
+    }
+}
+
+pub enum WeightData {
+    /// Row-major little-endian elements, as in the checkpoint.
+    Dense { dtype: Dense, bytes: CudaSlice<u8> },
+    /// Per row, `cols/32` blocks of 16 bytes (two E2M1 codes a byte, low
+    /// nibble first) and `cols/32` E8M0 scale bytes.
+    Mxfp4 {
+        blocks: CudaSlice<u8>,
+        scales: CudaSlice<u8>,
+    },
+    /// Per row, groups of 32 codes (int8: a byte each; int4: `value + 8`
+    /// packed two a byte, low nibble first) and one f32 scale per group.
+    Quantized {
+        quant: Quant,
+        codes: CudaSlice<u8>,
+        scales: CudaSlice<f32>,
+    },
+}
+
+pub struct CudaWeight {
+    pub data: WeightData,
+    pub shape: Vec<usize>,
+}
+
+impl CudaWeight {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Width of one row (the last dimension).
+    pub fn cols(&self) -> usize {
+        *self.shape.last().unwrap_or(&1)
+    }
+
+    pub fn rows(&self) -> usize {
+        self.numel() / self.cols().max(1)
+    }
+
+    /// Bytes held on the device.
+    pub fn bytes(&self) -> usize {
+        match &self.data {
+            WeightData::Dense { dtype, .. } => self.numel() * dtype.size(),
+            WeightData::Mxfp4 { .. } => self.numel() / 2 + self.numel() / 32,
+            WeightData::Quantized { quant, .. } => {
+                let codes = match quant {
+                    Quant::Int8 => self.numel(),
+                    Quant::Int4 => self.numel() / 2,
+                };
+                codes + self.numel() / QUANT_GROUP * 4
+            }
+        }
+    }
+
+    /// (device address, dtype code) of a dense weight; panics for the
+    /// grouped formats, which only the matrix kernels read.
+    pub(crate) fn dense_ptr(&self, be: &Cuda, what: &str) -> (u64, i32) {
+        match &self.data {
+            WeightData::Dense { dtype, bytes } => (be.ptr(bytes), dtype.code()),
+            _ => panic!("{what}: only f32, bf16 and f16 weights are supported here"),
+        }
+    }
+
+    pub(crate) fn from_host(be: &Cuda, t: &HostTensor<'_>) -> Result<Self> {
+        let dtype = match t.dtype {
+            DType::F32 => Dense::F32,
+            DType::BF16 => Dense::Bf16,
+            DType::F16 => Dense::F16,
+            DType::U8 => {
+                return Err(BackendError::Unsupported(format!(
+                    "tensor `{}`: u8 data is not a plain weight",
+                    t.name
+                )));
+            }
+        };
+        if t.bytes.len() != t.numel() * dtype.size() {
+            return Err(BackendError::Unsupported(format!(
+                "tensor `{}`: {} bytes for shape {:?} of {}",
+                t.name,
+                t.bytes.len(),
+                t.shape,
+                t.dtype.name()
+            )));
+        }
+        Ok(CudaWeight {
+            data: WeightData::Dense {
+                dtype,
+                bytes: be.upload_slice(t.bytes),
+            },
+            shape: t.shape.to_vec(),
+        })
+    }
+
+    pub(crate) fn from_mxfp4(
+        be: &Cuda,
+        blocks: &HostTensor<'_>,
+        scales: &HostTensor<'_>,
+    ) -> Result<Self> {
+        let bad = |what: String| {
+            Err(BackendError::Unsupported(format!(
+                "tensor `{}`: {what}",
+                blocks.name
+            )))
+        };
+        let (bs, ss) = (blocks.shape, scales.shape);
+        if blocks.dtype != DType::U8 || scales.dtype != DType::U8 {
+            return bad("MXFP4 blocks and scales must be u8".into());
+        }
+        if bs.len() < 2 || bs[bs.len() - 1] != 16 || bs[..bs.len() - 1] != *ss {
+            return bad(format!(
+                "blocks {bs:?} and scales {ss:?} are not [.., rows, groups, 16] and [.., rows, groups]"
+            ));
+        }
+        if blocks.bytes.len() != blocks.numel() || scales.bytes.len() != scales.numel() {
+            return bad("byte counts do not match the shapes".into());
+        }
+        let mut shape = ss.to_vec();
+        let groups = shape.pop().unwrap_or(0);
+        shape.push(groups * 32);
+        Ok(CudaWeight {
+            data: WeightData::Mxfp4 {
+                blocks: be.upload_slice(blocks.bytes),
+                scales: be.upload_slice(scales.bytes),
+            },
+            shape,
+        })
+    }
+
+    pub(crate) fn quantized(be: &Cuda, t: &HostTensor<'_>, quant: Quant) -> Result<Self> {
+        if t.shape.len() != 2 || !t.shape[1].is_multiple_of(QUANT_GROUP) || t.dtype == DType::U8 {
+            return Err(BackendError::Unsupported(format!(
+                "tensor `{}` {:?}: --quant needs 2-D float weights with rows a multiple of {QUANT_GROUP} wide",
+                t.name, t.shape
+            )));
+        }
+        let (codes, scales) = quantize(&t.to_f32(), quant);
+        Ok(CudaWeight {
+            data: WeightData::Quantized {
+                quant,
+                codes: be.upload_slice(&codes),
+                scales: be.upload_slice(&scales),
+            },
+            shape: t.shape.to_vec(),
+        })
+    }
+
+    pub(crate) fn from_f32(be: &Cuda, values: &[f32], shape: &[usize]) -> Result<Self> {
+        if values.len() != shape.iter().product::<usize>() {
+            return Err(BackendError::Unsupported(format!(
+                "{} f32 values for shape {shape:?}",
+                values.len()
+            )));
+        }
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(CudaWeight {
+            data: WeightData::Dense {
+                dtype: Dense::F32,
+                bytes: be.upload_slice(&bytes),
+            },
+            shape: shape.to_vec(),
+        })
+    }
+}
+
+/// Symmetric per-group quantization, the CPU backend's rule exactly
+/// (crates/turbospark-cpu/src/quant.rs): per 32 values, scale = max|v| / qmax
+/// (127 or 7), code = round-half-away(v · (1 / scale)) clamped; int4 codes
+/// are stored as `code + 8`, two a byte, low nibble first.
+pub fn quantize(values: &[f32], q: Quant) -> (Vec<u8>, Vec<f32>) {
+    let qmax = match q {
+        Quant::Int8 => 127.0,
+        Quant::Int4 => 7.0,
+    };
+    let mut codes = Vec::with_capacity(values.len());
+    let mut scales = Vec::with_capacity(values.len() / QUANT_GROUP);
+    for g in values.chunks_exact(QUANT_GROUP) {
+        let max = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = max / qmax;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        scales.push(scale);
+        match q {
+            Quant::Int8 => codes.extend(
+                g.iter()
+                    .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+            ),
+            Quant::Int4 => codes.extend(g.chunks_exact(2).map(|p| {
+                let c = |v: f32| ((v * inv).round().clamp(-8.0, 7.0) as i32 + 8) as u8;
+                c(p[0]) | (c(p[1]) << 4)
+            })),
+        }
+    }
+    (codes, scales)
+}
