@@ -8,12 +8,17 @@ use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::json;
+use turbospark_backend::Backend;
+use turbospark_engine::Engine;
 
-use super::load_engine;
+use super::with_engine;
 use crate::args::BenchArgs;
 
 pub fn main(a: BenchArgs) -> Result<()> {
-    let engine = load_engine(&a.model)?;
+    with_engine!(&a.model, |engine| on(&a, &engine))
+}
+
+fn on<B: Backend + 'static>(a: &BenchArgs, engine: &Engine<B>) -> Result<()> {
     let spec = engine.model.spec();
     let vocab = spec.vocab_size as u64;
     let mut s = 0x2545_F491_4F6C_DD1Du64;

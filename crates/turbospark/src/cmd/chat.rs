@@ -10,15 +10,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
+use turbospark_backend::Backend;
+use turbospark_engine::Engine;
 use turbospark_engine::GenParams;
 use turbospark_text::Message;
 
 use super::harmony_view::HarmonyView;
-use super::{context_len, load_engine, sampler_config};
+use super::{context_len, sampler_config, with_engine};
 use crate::args::ChatArgs;
 
 pub fn main(a: ChatArgs) -> Result<()> {
-    let engine = load_engine(&a.model)?;
+    with_engine!(&a.model, |engine| on(&a, &engine))
+}
+
+fn on<B: Backend + 'static>(a: &ChatArgs, engine: &Engine<B>) -> Result<()> {
     let cancel = Arc::new(AtomicBool::new(false));
     {
         let cancel = cancel.clone();
@@ -32,7 +37,7 @@ pub fn main(a: ChatArgs) -> Result<()> {
         ignore_eos: a.sampling.ignore_eos,
     };
     let template_vars = a.reasoning.template_vars();
-    let mut session = engine.session(context_len(&a.model, &engine));
+    let mut session = engine.session(context_len(&a.model, engine));
     let fresh = || -> Vec<Message> { a.system.iter().map(|s| Message::new("system", s)).collect() };
     let mut history = fresh();
     eprintln!(

@@ -2,13 +2,18 @@
 //! run as one prompt, written as a float32 `[n_tokens, vocab]` .npy file.
 
 use anyhow::Result;
+use turbospark_backend::Backend;
+use turbospark_engine::Engine;
 use turbospark_format::npy;
 
-use super::load_engine;
+use super::with_engine;
 use crate::args::LogitsArgs;
 
 pub fn main(a: LogitsArgs) -> Result<()> {
-    let engine = load_engine(&a.model)?;
+    with_engine!(&a.model, |engine| on(&a, &engine))
+}
+
+fn on<B: Backend + 'static>(a: &LogitsArgs, engine: &Engine<B>) -> Result<()> {
     let ctx = a
         .model
         .context

@@ -12,9 +12,8 @@ pub mod run;
 pub mod synth;
 pub mod tokenize;
 
-use anyhow::{Result, bail};
-use turbospark_backend::Quant;
-use turbospark_cpu::Cpu;
+use anyhow::Result;
+use turbospark_backend::{Backend, Quant};
 use turbospark_engine::Engine;
 use turbospark_models::LoadOptions;
 use turbospark_models::sampler::SamplerConfig;
@@ -23,12 +22,57 @@ use turbospark_text::GenerationConfig;
 use crate::args::{Device, ModelArgs, QuantArg, SamplingArgs};
 use crate::progress::LoadBar;
 
-/// Loads the model for any subcommand that runs one.
-pub fn load_engine(args: &ModelArgs) -> Result<Engine<Cpu>> {
+/// The backend a run uses.
+pub enum Picked {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(Box<turbospark_cuda::Cuda>),
+}
+
+/// `--device`: `cpu`, `cuda` (an error naming the cause when there is no
+/// usable GPU or the build lacks CUDA), or `auto` (the GPU when one works).
+pub fn pick_device(args: &ModelArgs) -> Result<Picked> {
     match args.device {
-        Device::Cpu | Device::Auto => {}
-        Device::Cuda => bail!("--device cuda: this build has no CUDA backend (use --device cpu)"),
+        Device::Cpu => Ok(Picked::Cpu),
+        #[cfg(feature = "cuda")]
+        Device::Cuda => turbospark_cuda::Cuda::new()
+            .map(|c| Picked::Cuda(Box::new(c)))
+            .map_err(|e| anyhow::anyhow!("--device cuda: {e}")),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda => anyhow::bail!(
+            "--device cuda: this build has no CUDA backend (rebuild with --features cuda)"
+        ),
+        #[cfg(feature = "cuda")]
+        Device::Auto => {
+            Ok(turbospark_cuda::Cuda::new().map_or(Picked::Cpu, |c| Picked::Cuda(Box::new(c))))
+        }
+        #[cfg(not(feature = "cuda"))]
+        Device::Auto => Ok(Picked::Cpu),
     }
+}
+
+/// Loads the model in `args` on `$be`'s device and evaluates `$body` with
+/// `$engine: Engine<_>` of that backend (subcommands are generic over the
+/// backend; this is the one place that names each backend).
+macro_rules! with_engine {
+    ($args:expr, |$engine:ident| $body:expr) => {{
+        match crate::cmd::pick_device($args)? {
+            crate::cmd::Picked::Cpu => {
+                let $engine = crate::cmd::load_engine(turbospark_cpu::Cpu, $args)?;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            crate::cmd::Picked::Cuda(cuda) => {
+                let $engine = crate::cmd::load_engine(*cuda, $args)?;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_engine;
+
+/// Loads the model for any subcommand that runs one, with a progress bar.
+pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engine<B>> {
     if let Some(n) = args.threads {
         // Fails only if a pool already exists, which cannot happen this early.
         let _ = rayon::ThreadPoolBuilder::new()
@@ -43,7 +87,7 @@ pub fn load_engine(args: &ModelArgs) -> Result<Engine<Cpu>> {
             QuantArg::Int4 => Quant::Int4,
         }),
     };
-    let engine = Engine::load_with(Cpu, &args.model, opts, &|done, total| {
+    let engine = Engine::load_with(be, &args.model, opts, &|done, total| {
         bar.update(done, total)
     })?;
     bar.finish();
@@ -52,7 +96,7 @@ pub fn load_engine(args: &ModelArgs) -> Result<Engine<Cpu>> {
 
 /// The context to allocate: `--context`, else the model's own limit capped
 /// at 8192 (the KV cache is allocated up front).
-pub fn context_len(args: &ModelArgs, engine: &Engine<Cpu>) -> usize {
+pub fn context_len<B: Backend + 'static>(args: &ModelArgs, engine: &Engine<B>) -> usize {
     args.context
         .unwrap_or_else(|| engine.model.spec().max_positions.min(8192))
 }

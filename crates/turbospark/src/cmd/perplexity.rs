@@ -2,12 +2,17 @@
 //! fixed windows of `--context` tokens.
 
 use anyhow::{Context, Result};
+use turbospark_backend::Backend;
+use turbospark_engine::Engine;
 
-use super::load_engine;
+use super::with_engine;
 use crate::args::PerplexityArgs;
 
 pub fn main(a: PerplexityArgs) -> Result<()> {
-    let engine = load_engine(&a.model)?;
+    with_engine!(&a.model, |engine| on(&a, &engine))
+}
+
+fn on<B: Backend + 'static>(a: &PerplexityArgs, engine: &Engine<B>) -> Result<()> {
     let text = std::fs::read_to_string(&a.text_file)
         .with_context(|| format!("{}: cannot read", a.text_file.display()))?;
     let tokens = engine.tokenizer()?.encode(&text, false)?;

@@ -5,15 +5,20 @@
 use std::io::{IsTerminal, Write};
 
 use anyhow::{Result, bail};
+use turbospark_backend::Backend;
+use turbospark_engine::Engine;
 use turbospark_engine::GenParams;
 use turbospark_text::Message;
 
 use super::harmony_view::HarmonyView;
-use super::{context_len, load_engine, sampler_config};
+use super::{context_len, sampler_config, with_engine};
 use crate::args::RunArgs;
 
 pub fn main(a: RunArgs) -> Result<()> {
-    let engine = load_engine(&a.model)?;
+    with_engine!(&a.model, |engine| on(&a, &engine))
+}
+
+fn on<B: Backend + 'static>(a: &RunArgs, engine: &Engine<B>) -> Result<()> {
     let prompt: Vec<u32> = match (&a.prompt, &a.prompt_tokens) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) if a.chat => {
@@ -36,7 +41,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         keep_special: harmony,
         ignore_eos: a.sampling.ignore_eos,
     };
-    let mut session = engine.session(context_len(&a.model, &engine));
+    let mut session = engine.session(context_len(&a.model, engine));
     let json = a.json;
     let stdout = std::io::stdout();
     let mut view = HarmonyView::new(!a.reasoning.hide_reasoning, stdout.is_terminal());
