@@ -47,13 +47,13 @@ fn on<B: Backend + 'static>(a: &BenchArgs, engine: &Engine<B>) -> Result<()> {
     if a.json {
         println!(
             "{}",
-            json!({"device": "cpu", "threads": threads, "prompt_len": prompt.len(),
+            json!({"device": engine.be.name(), "threads": threads, "prompt_len": prompt.len(),
                 "gen_len": a.gen_len, "prefill_tok_s": prefill, "decode_tok_s": decode,
                 "weight_bytes_per_token": weight_bytes, "decode_gb_s": gbs,
                 "weight_bytes": engine.model.weight_bytes(&engine.be), "rss_bytes": rss, "peak_rss_bytes": peak_rss})
         );
     } else {
-        println!("device cpu ({threads} threads)");
+        println!("device {} ({threads} CPU threads)", engine.be.name());
         println!("prefill {:>9.1} tok/s  ({} tokens)", prefill, prompt.len());
         println!("decode  {:>9.1} tok/s  ({} tokens)", decode, a.gen_len);
         println!(
