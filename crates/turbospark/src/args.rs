@@ -39,11 +39,15 @@ pub enum Device {
     Auto,
 }
 
+/// Where the demo model lives in the repository.
+pub const DEMO_MODEL: &str = "models/rust-docs-gpt-oss";
+
 #[derive(Args, Clone)]
 pub struct ModelArgs {
     /// Model directory (config.json, *.safetensors, tokenizer.json).
+    /// Default: the demo model that ships in the repository.
     #[arg(long, short = 'm')]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Where to run.
     #[arg(long, value_enum, default_value = "auto")]
     pub device: Device,
@@ -239,4 +243,27 @@ pub struct PerplexityArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+impl ModelArgs {
+    /// `--model`, else `$TURBOSPARK_MODEL`, else the demo model found from
+    /// the current directory or beside the executable (`target/*/turbospark`
+    /// in a checkout).
+    pub fn dir(&self) -> PathBuf {
+        if let Some(m) = &self.model {
+            return m.clone();
+        }
+        if let Some(m) = std::env::var_os("TURBOSPARK_MODEL") {
+            return PathBuf::from(m);
+        }
+        let exe_roots = std::env::current_exe()
+            .ok()
+            .into_iter()
+            .flat_map(|e| e.ancestors().skip(1).map(PathBuf::from).collect::<Vec<_>>());
+        std::iter::once(PathBuf::from("."))
+            .chain(exe_roots)
+            .map(|root| root.join(DEMO_MODEL))
+            .find(|p| p.join("config.json").exists())
+            .unwrap_or_else(|| PathBuf::from(DEMO_MODEL))
+    }
 }

@@ -42,7 +42,7 @@ fn on<B: Backend + 'static>(a: &ChatArgs, engine: &Engine<B>) -> Result<()> {
     let mut history = fresh();
     eprintln!(
         "chatting with {} (/reset, /exit; Ctrl-C stops an answer)",
-        a.model.model.display()
+        a.model.dir().display()
     );
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();

@@ -79,7 +79,8 @@ pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engi
             .num_threads(n.max(1))
             .build_global();
     }
-    let name = args.model.display().to_string();
+    let dir = args.dir();
+    let name = dir.display().to_string();
     let bar = LoadBar::new(&name);
     let opts = LoadOptions {
         quant: args.quant.map(|q| match q {
@@ -87,9 +88,7 @@ pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engi
             QuantArg::Int4 => Quant::Int4,
         }),
     };
-    let engine = Engine::load_with(be, &args.model, opts, &|done, total| {
-        bar.update(done, total)
-    })?;
+    let engine = Engine::load_with(be, &dir, opts, &|done, total| bar.update(done, total))?;
     bar.finish();
     Ok(engine)
 }
