@@ -3,8 +3,14 @@
 //!
 //! Families are written once over [`Backend`]; the CPU backend
 //! (`turbospark-cpu`) is the reference implementation and a CUDA backend
-//! implements the same trait. This crate holds only the contract and the
-//! plain-data parameter types; it must not contain arithmetic.
+//! implements the same trait. This crate holds the contract, the plain-data
+//! parameter types and the host-side definition of the quantized weight
+//! format (so every backend holds identical codes); it must not contain
+//! device arithmetic.
+
+pub mod quant;
+
+pub use quant::{QUANT_GROUP, Quant};
 
 use turbospark_format::{Activation, AttnSpan, ExpertAct, FormatError, HostTensor, Routing};
 
@@ -39,19 +45,6 @@ pub struct AttnParams {
     /// `cap · tanh(s / cap)` on each scaled score before the mask (Gemma 2).
     pub softcap: Option<f32>,
 }
-
-/// Weight-only quantization applied at load (`--quant`): symmetric, one f32
-/// scale per group of [`QUANT_GROUP`] consecutive values of a row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quant {
-    /// Values −127..=127, scale = max|w| / 127.
-    Int8,
-    /// Values −8..=7 packed two a byte (low nibble first), scale = max|w| / 7.
-    Int4,
-}
-
-/// Values per quantization scale.
-pub const QUANT_GROUP: usize = 32;
 
 /// The geometry and options of one mixture-of-experts call.
 #[derive(Clone, Copy, Debug)]

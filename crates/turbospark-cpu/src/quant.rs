@@ -1,42 +1,10 @@
-//! Weight-only int8 and int4 on the CPU: symmetric per-group quantization
-//! (one f32 scale per 32 values of a row, the layout of llama.cpp's Q8_0 and
-//! Q4_0 with f32 scales) and the dot products over it. Quantization rounds
-//! to nearest; dot products accumulate each group in f32 and scale once.
+//! Weight-only int8 and int4 on the CPU: widening and dot products over the
+//! format `turbospark_backend::quant` defines (one f32 scale per 32 values of
+//! a row). Dot products accumulate each group in f32 and scale once.
 
+#[cfg(test)]
+use turbospark_backend::quant::quantize;
 use turbospark_backend::{QUANT_GROUP, Quant};
-
-/// Quantizes rows of `cols` values: (codes, scales). Int8 codes are one
-/// byte each (as i8); int4 codes are `value + 8` packed two a byte, low
-/// nibble first.
-pub fn quantize(values: &[f32], q: Quant) -> (Vec<u8>, Vec<f32>) {
-    let groups = values.len() / QUANT_GROUP;
-    let mut scales = Vec::with_capacity(groups);
-    let mut codes = Vec::with_capacity(match q {
-        Quant::Int8 => values.len(),
-        Quant::Int4 => values.len() / 2,
-    });
-    for g in values.chunks_exact(QUANT_GROUP) {
-        let max = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let qmax = match q {
-            Quant::Int8 => 127.0,
-            Quant::Int4 => 7.0,
-        };
-        let scale = max / qmax;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        scales.push(scale);
-        match q {
-            Quant::Int8 => codes.extend(
-                g.iter()
-                    .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
-            ),
-            Quant::Int4 => codes.extend(g.chunks_exact(2).map(|p| {
-                let c = |v: f32| ((v * inv).round().clamp(-8.0, 7.0) as i32 + 8) as u8;
-                c(p[0]) | (c(p[1]) << 4)
-            })),
-        }
-    }
-    (codes, scales)
-}
 
 /// Widens groups starting at group `g0` into `out` (a multiple of 32 long).
 pub fn dequantize(codes: &[u8], scales: &[f32], q: Quant, g0: usize, out: &mut [f32]) {

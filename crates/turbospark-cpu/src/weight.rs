@@ -91,7 +91,7 @@ impl CpuWeight {
                 t.name, t.shape
             )));
         }
-        let (codes, scales) = crate::quant::quantize(&t.to_f32(), quant);
+        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant);
         Ok(CpuWeight {
             data: WeightData::Quantized {
                 quant,

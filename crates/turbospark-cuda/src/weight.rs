@@ -171,7 +171,7 @@ impl CudaWeight {
                 t.name, t.shape
             )));
         }
-        let (codes, scales) = quantize(&t.to_f32(), quant);
+        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant);
         Ok(CudaWeight {
             data: WeightData::Quantized {
                 quant,
@@ -198,34 +198,4 @@ impl CudaWeight {
             shape: shape.to_vec(),
         })
     }
-}
-
-/// Symmetric per-group quantization, the CPU backend's rule exactly
-/// (crates/turbospark-cpu/src/quant.rs): per 32 values, scale = max|v| / qmax
-/// (127 or 7), code = round-half-away(v · (1 / scale)) clamped; int4 codes
-/// are stored as `code + 8`, two a byte, low nibble first.
-pub fn quantize(values: &[f32], q: Quant) -> (Vec<u8>, Vec<f32>) {
-    let qmax = match q {
-        Quant::Int8 => 127.0,
-        Quant::Int4 => 7.0,
-    };
-    let mut codes = Vec::with_capacity(values.len());
-    let mut scales = Vec::with_capacity(values.len() / QUANT_GROUP);
-    for g in values.chunks_exact(QUANT_GROUP) {
-        let max = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let scale = max / qmax;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        scales.push(scale);
-        match q {
-            Quant::Int8 => codes.extend(
-                g.iter()
-                    .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
-            ),
-            Quant::Int4 => codes.extend(g.chunks_exact(2).map(|p| {
-                let c = |v: f32| ((v * inv).round().clamp(-8.0, 7.0) as i32 + 8) as u8;
-                c(p[0]) | (c(p[1]) << 4)
-            })),
-        }
-    }
-    (codes, scales)
 }
