@@ -124,11 +124,10 @@ fn logits_writes_every_position_as_npy() {
 }
 
 #[test]
-fn quick_start_model_generates_text() {
-    let model = root().join("models/tiny-random-gpt2vocab");
+fn quick_start_runs_the_demo_model_without_model_flag() {
     let sample = || {
-        let args = "--prompt|The Rust compiler|--max-tokens|8|--seed|3|--temperature|0.8|--json";
-        let mut all = vec!["run", "--model", model.to_str().unwrap()];
+        let args = "--prompt|Ownership is|--max-tokens|8|--seed|3|--temperature|0.7|--json";
+        let mut all = vec!["run"];
         all.extend(args.split('|'));
         let out = turbospark(&all);
         assert!(
@@ -207,7 +206,7 @@ fn bad_input_is_one_line_and_exit_2() {
 
 #[test]
 fn real_chat_templates_render_through_run_chat() {
-    // The quick-start model with a real template: the prompt must be the
+    // The demo model with another real template: the prompt must be the
     // rendered conversation (so it is longer than the bare user text).
     let templates = root().join("crates/turbospark-text/testdata/templates");
     for template in [
@@ -216,7 +215,7 @@ fn real_chat_templates_render_through_run_chat() {
         "Qwen-Qwen3-0.6B.jinja",
     ] {
         let model = tempfile::tempdir().unwrap();
-        for entry in std::fs::read_dir(root().join("models/tiny-random-gpt2vocab")).unwrap() {
+        for entry in std::fs::read_dir(root().join("models/rust-docs-gpt-oss")).unwrap() {
             let p = entry.unwrap().path();
             std::fs::copy(&p, model.path().join(p.file_name().unwrap())).unwrap();
         }
@@ -242,7 +241,7 @@ fn real_chat_templates_render_through_run_chat() {
             String::from_utf8_lossy(&out.stderr)
         );
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        // "Hello" alone is one GPT-2 token; the rendered turn markers add many.
+        // "Hello" alone is one token; the rendered turn markers add many.
         assert!(
             json["prompt_tokens"].as_u64().unwrap() > 8,
             "{template}: {json}"
