@@ -91,11 +91,11 @@ impl Backend for Cpu {
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32, out: &mut CpuTensor) {
-        ops::rms_norm(&x.data, &w.to_f32(), eps, &mut out.data);
+        ops::rms_norm(&x.data, &w.f32_view(), eps, &mut out.data);
     }
 
     fn linear(&self, x: &CpuTensor, w: &CpuWeight, bias: Option<&CpuWeight>, out: &mut CpuTensor) {
-        let bias = bias.map(|b| b.to_f32());
+        let bias = bias.map(|b| b.f32_view());
         linear::linear(&x.data, x.rows, w, bias.as_deref(), &mut out.data);
     }
 
@@ -136,7 +136,7 @@ impl Backend for Cpu {
         sinks: Option<&CpuWeight>,
         out: &mut CpuTensor,
     ) {
-        let sinks = sinks.map(|s| s.to_f32());
+        let sinks = sinks.map(|s| s.f32_view());
         attention::attention(
             &q.data,
             kv,

@@ -40,6 +40,10 @@ impl CpuWeight {
                 .collect()
         };
         let data = match t.dtype {
+            // Vectors (norms, biases, sinks) are widened once here: exact, a
+            // few KB, and the kernels then borrow them instead of converting
+            // on every call.
+            _ if t.shape.len() == 1 && t.dtype != DType::U8 => WeightData::F32(t.to_f32()),
             DType::F32 => WeightData::F32(t.to_f32()),
             DType::BF16 => WeightData::BF16(halves()),
             DType::F16 => WeightData::F16(halves()),
@@ -161,6 +165,14 @@ impl CpuWeight {
                 );
                 crate::quant::dequantize(codes, scales, *quant, start / QUANT_GROUP, out);
             }
+        }
+    }
+
+    /// The values as f32, borrowed when stored as f32 (every vector is).
+    pub fn f32_view(&self) -> std::borrow::Cow<'_, [f32]> {
+        match &self.data {
+            WeightData::F32(v) => std::borrow::Cow::Borrowed(v),
+            _ => std::borrow::Cow::Owned(self.to_f32()),
         }
     }
 

@@ -7,8 +7,26 @@ use turbospark_models::read_spec;
 
 use crate::args::InspectArgs;
 
-fn gib(bytes: f64) -> String {
-    format!("{:.2} GiB", bytes / (1u64 << 30) as f64)
+/// Bytes in the largest binary unit that keeps the number ≥ 1.
+fn bytes(b: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", units[u])
+}
+
+/// A count with a K/M/B suffix.
+fn count(n: f64) -> String {
+    match n {
+        n if n >= 1e9 => format!("{:.3} B", n / 1e9),
+        n if n >= 1e6 => format!("{:.2} M", n / 1e6),
+        n if n >= 1e3 => format!("{:.1} K", n / 1e3),
+        n => format!("{n}"),
+    }
 }
 
 pub fn main(a: InspectArgs) -> Result<()> {
@@ -32,6 +50,16 @@ pub fn main(a: InspectArgs) -> Result<()> {
         "attention       {} query heads, {} KV heads, head_dim {}",
         spec.num_heads, spec.num_kv_heads, spec.head_dim
     );
+    if let Some(m) = &spec.moe {
+        let packed = ckpt.names().any(|n| n.ends_with("_blocks"));
+        println!(
+            "experts         {} (top-{}), width {}{}",
+            m.num_experts,
+            m.top_k,
+            m.width,
+            if packed { ", MXFP4" } else { "" }
+        );
+    }
     println!("vocabulary      {}", spec.vocab_size);
     println!("context         {}", spec.max_positions);
     println!(
@@ -40,24 +68,24 @@ pub fn main(a: InspectArgs) -> Result<()> {
     );
     println!("tied embeddings {}", spec.tie_embeddings);
     println!(
-        "parameters      {:.3} B (from config.json)",
-        spec.parameter_count() as f64 / 1e9
+        "parameters      {} (from config.json)",
+        count(spec.parameter_count() as f64)
     );
     let stored: Vec<String> = ckpt
         .dtype_counts()
         .iter()
-        .map(|(d, n)| format!("{} {:.3} B", d.name(), *n as f64 / 1e9))
+        .map(|(d, n)| format!("{} {}", d.name(), count(*n as f64)))
         .collect();
     println!("stored          {}", stored.join(", "));
     let weights = ckpt.total_bytes() as f64;
     // f32 K and V for every layer that keeps the whole context.
     let kv_per_token = (2 * spec.kv_dim() * 4 * (spec.num_layers - sliding)) as f64;
     let ctx = spec.max_positions.min(8192) as f64;
-    println!("weights memory  {}", gib(weights));
+    println!("weights memory  {}", bytes(weights));
     println!(
         "KV cache        {} per 1k tokens; {} at {} tokens",
-        gib(kv_per_token * 1024.0),
-        gib(kv_per_token * ctx),
+        bytes(kv_per_token * 1024.0),
+        bytes(kv_per_token * ctx),
         ctx
     );
     Ok(())
