@@ -100,3 +100,51 @@ impl<B: Backend> KvCache<B> {
         *self = Self::new(be, spec, self.max_context, self.max_chunk);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use turbospark_cpu::Cpu;
+    use turbospark_format::parse_config;
+
+    /// A gpt-oss-like spec: even layers slide with window 128.
+    fn spec() -> ModelSpec {
+        parse_config(
+            r#"{"architectures": ["GptOssForCausalLM"], "hidden_size": 64,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "num_hidden_layers": 4, "vocab_size": 256, "intermediate_size": 64,
+            "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn sliding_layers_hold_window_plus_chunk_whatever_the_context() {
+        for context in [1024, 131_072] {
+            let cache = KvCache::new(&Cpu, &spec(), context, 512);
+            let caps: Vec<usize> = cache.layers.iter().map(|kv| kv.spec.capacity).collect();
+            assert_eq!(caps, vec![128 + 512, context, 128 + 512, context]);
+        }
+        // A context shorter than the ring needs no more than the context.
+        let cache = KvCache::new(&Cpu, &spec(), 200, 512);
+        assert!(cache.layers.iter().all(|kv| kv.spec.capacity == 200));
+    }
+
+    #[test]
+    fn reserve_refuses_past_the_context_and_truncate_rewinds() {
+        let mut cache = KvCache::new(&Cpu, &spec(), 16, 8);
+        assert_eq!(cache.reserve(3).unwrap(), vec![0, 1, 2]);
+        cache.advance(3);
+        assert_eq!(cache.reserve(2).unwrap(), vec![3, 4]);
+        cache.advance(13);
+        assert!(matches!(
+            cache.reserve(1),
+            Err(ModelError::ContextFull {
+                needed: 17,
+                capacity: 16
+            })
+        ));
+        cache.truncate(5);
+        assert_eq!(cache.reserve(1).unwrap(), vec![5]);
+    }
+}
