@@ -8,8 +8,10 @@
 //! format (so every backend holds identical codes); it must not contain
 //! device arithmetic.
 
+pub mod mxfp4;
 pub mod quant;
 
+pub use mxfp4::mxfp4_shape;
 pub use quant::{QUANT_GROUP, Quant};
 
 use turbospark_format::{Activation, AttnSpan, ExpertAct, FormatError, HostTensor, Routing};

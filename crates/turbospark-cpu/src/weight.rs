@@ -61,24 +61,7 @@ impl CpuWeight {
     }
 
     pub fn from_mxfp4(blocks: &HostTensor<'_>, scales: &HostTensor<'_>) -> Result<Self> {
-        let bad = |what: String| {
-            Err(BackendError::Unsupported(format!(
-                "tensor `{}`: {what}",
-                blocks.name
-            )))
-        };
-        let (bs, ss) = (blocks.shape, scales.shape);
-        if blocks.dtype != DType::U8 || scales.dtype != DType::U8 {
-            return bad("MXFP4 blocks and scales must be u8".into());
-        }
-        if bs.len() < 2 || bs[bs.len() - 1] != 16 || bs[..bs.len() - 1] != *ss {
-            return bad(format!(
-                "blocks {bs:?} and scales {ss:?} are not [.., rows, groups, 16] and [.., rows, groups]"
-            ));
-        }
-        let mut shape = ss.to_vec();
-        let groups = shape.pop().unwrap_or(0);
-        shape.push(groups * 32);
+        let shape = turbospark_backend::mxfp4_shape(blocks, scales)?;
         Ok(CpuWeight {
             data: WeightData::Mxfp4 {
                 blocks: blocks.bytes.to_vec(),

@@ -134,27 +134,7 @@ impl CudaWeight {
         blocks: &HostTensor<'_>,
         scales: &HostTensor<'_>,
     ) -> Result<Self> {
-        let bad = |what: String| {
-            Err(BackendError::Unsupported(format!(
-                "tensor `{}`: {what}",
-                blocks.name
-            )))
-        };
-        let (bs, ss) = (blocks.shape, scales.shape);
-        if blocks.dtype != DType::U8 || scales.dtype != DType::U8 {
-            return bad("MXFP4 blocks and scales must be u8".into());
-        }
-        if bs.len() < 2 || bs[bs.len() - 1] != 16 || bs[..bs.len() - 1] != *ss {
-            return bad(format!(
-                "blocks {bs:?} and scales {ss:?} are not [.., rows, groups, 16] and [.., rows, groups]"
-            ));
-        }
-        if blocks.bytes.len() != blocks.numel() || scales.bytes.len() != scales.numel() {
-            return bad("byte counts do not match the shapes".into());
-        }
-        let mut shape = ss.to_vec();
-        let groups = shape.pop().unwrap_or(0);
-        shape.push(groups * 32);
+        let shape = turbospark_backend::mxfp4_shape(blocks, scales)?;
         Ok(CudaWeight {
             data: WeightData::Mxfp4 {
                 blocks: be.upload_slice(blocks.bytes),

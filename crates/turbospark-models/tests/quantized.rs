@@ -4,16 +4,12 @@
 
 mod common;
 
-use common::{fixture_dir, run_with};
+use common::run_with_options;
 use turbospark_backend::Quant;
-use turbospark_cpu::Cpu;
-use turbospark_models::{LoadOptions, read_spec};
+use turbospark_models::LoadOptions;
 
 fn err(name: &str, quant: Quant) -> (f32, usize) {
-    let dir = fixture_dir(name);
-    let spec = read_spec(&dir).unwrap();
-    let opts = LoadOptions { quant: Some(quant) };
-    let c = run_with(&Cpu, &dir, name, spec, opts, 512);
+    let c = run_with_options(name, LoadOptions { quant: Some(quant) });
     (c.worst_rel_err, c.argmax_mismatches)
 }
 

@@ -1,0 +1,138 @@
+//! The reference-fixture harness: loads a fixture made by
+//! `tools/reference/make_fixtures.py` (a tiny transformers model with its
+//! float32 logits for every position and a 16-token greedy continuation),
+//! runs it through TurboSpark on any backend, and measures the distance.
+//! Shared by the CPU tests (turbospark-models) and the GPU tests
+//! (turbospark-cuda); it holds no assertions, only measurements.
+
+use std::path::{Path, PathBuf};
+
+use turbospark_backend::Backend;
+use turbospark_format::{ModelSpec, npy};
+use turbospark_models::{LoadOptions, Session, load_model_with, read_spec, sampler::argmax};
+
+/// The fixtures folder: `$TURBOSPARK_FIXTURES` when set (a test binary
+/// copied to another machine), else the repository's `tests/fixtures`.
+pub fn fixtures_root() -> PathBuf {
+    std::env::var_os("TURBOSPARK_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures"))
+}
+
+pub fn fixture_dir(name: &str) -> PathBuf {
+    fixtures_root().join(name)
+}
+
+/// Every fixture directory, sorted by name.
+pub fn all_fixtures() -> Vec<PathBuf> {
+    let root = fixtures_root();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("reference.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+pub struct Reference {
+    pub tokens: Vec<u32>,
+    pub greedy: Vec<u32>,
+    pub logits: Vec<f32>,
+    pub vocab: usize,
+}
+
+/// The recorded transformers outputs in fixture directory `dir`.
+pub fn reference(dir: &Path) -> Reference {
+    let text = std::fs::read_to_string(dir.join("reference.json"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ids = |k: &str| -> Vec<u32> {
+        json[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}: no `{k}`", dir.display()))
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let (shape, logits) = npy::read_f32(&dir.join("logits.npy")).unwrap();
+    let tokens = ids("tokens");
+    assert_eq!(shape[0], tokens.len());
+    Reference {
+        tokens,
+        greedy: ids("greedy"),
+        logits,
+        vocab: shape[1],
+    }
+}
+
+/// How far TurboSpark is from the reference.
+#[derive(Debug)]
+pub struct Comparison {
+    /// max over positions of max|Δlogit| / std(reference logits at that
+    /// position); infinite when any logit is NaN.
+    pub worst_rel_err: f32,
+    pub argmax_mismatches: usize,
+    pub positions: usize,
+    pub greedy: Vec<u32>,
+    pub greedy_reference: Vec<u32>,
+}
+
+fn std_dev(x: &[f32]) -> f32 {
+    let n = x.len() as f64;
+    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+    (x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt() as f32
+}
+
+/// Runs the weights in `dir` (fixture `reference_dir`'s or a rewritten copy)
+/// with `spec` and `opts`, feeding the prompt `chunk` tokens at a time, then
+/// decodes greedily as many tokens as the reference has.
+pub fn compare<B: Backend + 'static>(
+    be: &B,
+    dir: &Path,
+    reference_dir: &Path,
+    spec: ModelSpec,
+    opts: LoadOptions,
+    chunk: usize,
+) -> Comparison {
+    let r = reference(reference_dir);
+    let model = load_model_with(be, dir, spec, opts, &|_, _| {}).unwrap();
+    let ctx = r.tokens.len() + r.greedy.len() + 1;
+    let mut session = Session::new(be, model.as_ref(), ctx, chunk);
+    let logits = session.feed(&r.tokens, true).unwrap();
+    assert_eq!(logits.len(), r.logits.len());
+    let mut worst = 0.0f32;
+    let mut mismatches = 0;
+    for (ours, theirs) in logits.chunks(r.vocab).zip(r.logits.chunks(r.vocab)) {
+        // A NaN anywhere must fail, not vanish in the max.
+        let err = if ours.iter().any(|v| v.is_nan()) {
+            f32::INFINITY
+        } else {
+            ours.iter()
+                .zip(theirs)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max)
+        };
+        worst = worst.max(err / std_dev(theirs));
+        mismatches += usize::from(argmax(ours) != argmax(theirs));
+    }
+    let mut greedy = Vec::new();
+    let mut next = argmax(&logits[logits.len() - r.vocab..]);
+    for _ in 0..r.greedy.len() {
+        greedy.push(next);
+        next = argmax(&session.feed(&[next], false).unwrap());
+    }
+    Comparison {
+        worst_rel_err: worst,
+        argmax_mismatches: mismatches,
+        positions: r.tokens.len(),
+        greedy,
+        greedy_reference: r.greedy,
+    }
+}
+
+/// [`compare`] on fixture `dir` itself, with its own spec.
+pub fn compare_fixture<B: Backend + 'static>(be: &B, dir: &Path, chunk: usize) -> Comparison {
+    let spec = read_spec(dir).unwrap();
+    compare(be, dir, dir, spec, LoadOptions::default(), chunk)
+}
