@@ -4,6 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
+use common::weather_tools;
+
 use serde_json::{Map, Value, json};
 use turbospark_text::{ChatTemplate, Message, TextError};
 
@@ -254,21 +258,6 @@ fn every_template_renders_a_conversation() {
         }
         assert!(out.ends_with(ending), "{file} ends wrong:\n{out}");
     }
-}
-
-fn weather_tools() -> Value {
-    json!([{
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "description": "City name"}},
-                "required": ["city"]
-            }
-        }
-    }])
 }
 
 #[test]

@@ -5,7 +5,11 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use serde_json::{Map, Value, json};
+mod common;
+
+use common::weather_tools;
+
+use serde_json::{Map, json};
 use turbospark_text::harmony::parse;
 use turbospark_text::{
     ChatTemplate, HarmonyEvent, HarmonyMessage, HarmonyStream, HarmonyTokenStream, Message,
@@ -26,21 +30,6 @@ fn gpt_oss_template() -> ChatTemplate {
         .unwrap()
         .with_fixed_time(1_741_305_600) // 2025-03-07
         .unwrap()
-}
-
-fn weather_tools() -> Value {
-    json!([{
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "description": "City name"}},
-                "required": ["city"]
-            }
-        }
-    }])
 }
 
 /// system (the template's developer instructions), user, an assistant turn
