@@ -77,16 +77,39 @@ pub struct KvSpec {
     pub kv_dim: usize,
 }
 
+/// Index of the first maximum of `logits`. NaN never wins; empty or all-NaN
+/// input gives `0`, all `-inf` gives `0`.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        let better = match best {
+            None => !v.is_nan(),
+            Some((_, b)) => v > b,
+        };
+        if better {
+            best = Some((i, v));
+        }
+    }
+    best.map_or(0, |(i, _)| i as u32)
+}
+
 /// The operations a transformer needs.
 ///
 /// Activations are row-major `[rows, cols]` f32 matrices (`rows` = tokens).
 /// Weights are matrices `[out, in]` as stored by transformers (a projection
 /// computes `x · Wᵀ`) or vectors, kept in the storage format the backend chose
-/// at upload. Positions are absolute token positions in the sequence.
+/// at upload. Positions are absolute token positions in the sequence; the
+/// token ids and positions of one forward call travel as a [`Backend::Batch`].
 pub trait Backend: Send + Sync {
     type Tensor: Send;
     type Weight: Send + Sync;
     type Kv: Send;
+    /// The token ids and positions of the rows of one forward call, stored
+    /// where the backend's kernels read them (uploaded once per call, not
+    /// once per layer).
+    type Batch: Send;
+    /// A recording of queued work that can be replayed (a CUDA graph).
+    type Graph: Send;
 
     fn name(&self) -> &'static str;
 
@@ -114,9 +137,34 @@ pub trait Backend: Send + Sync {
     fn to_host(&self, t: &Self::Tensor) -> Vec<f32>;
     /// Copies row `row` of `src` into row 0 of a new one-row tensor.
     fn row(&self, src: &Self::Tensor, row: usize) -> Self::Tensor;
+    /// `dst = src` (same shape).
+    fn copy(&self, src: &Self::Tensor, dst: &mut Self::Tensor);
+    /// [`argmax`] of each row: greedy decoding without copying the
+    /// logits to the host.
+    fn argmax(&self, t: &Self::Tensor) -> Vec<u32>;
 
-    /// `out[i] = table[tokens[i]]`.
-    fn embed(&self, table: &Self::Weight, tokens: &[u32], out: &mut Self::Tensor);
+    /// A batch of `tokens.len()` rows; `positions` has one entry per token.
+    fn batch(&self, tokens: &[u32], positions: &[u32]) -> Self::Batch;
+    /// Overwrites the rows of `b` (same row count) in place, in the same
+    /// storage: a recorded graph that reads `b` sees the new values.
+    fn set_batch(&self, b: &mut Self::Batch, tokens: &[u32], positions: &[u32]);
+
+    /// Starts recording: work queued from now on is captured instead of
+    /// run, until [`Backend::end_graph`]. Returns false (and records
+    /// nothing) where the backend cannot record. While recording, nothing
+    /// may be read back to the host, and the launch geometry of every
+    /// operation must not depend on values a [`Backend::set_batch`] changes
+    /// (attention sizes itself for the KV capacity, not the positions).
+    fn begin_graph(&self) -> bool;
+    /// Ends the recording; `None` if it failed (the work was not run
+    /// either: run it again without recording).
+    fn end_graph(&self) -> Option<Self::Graph>;
+    /// Runs the recorded work again, on the current contents of the
+    /// buffers it was recorded with.
+    fn replay(&self, g: &Self::Graph);
+
+    /// `out[i] = table[tokens[i]]` for the batch's tokens.
+    fn embed(&self, table: &Self::Weight, batch: &Self::Batch, out: &mut Self::Tensor);
     /// `out = x / rms(x) * w` per row of width `w.len()` (applied to every
     /// `w.len()`-wide group of a row, so it also serves per-head norms).
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32, out: &mut Self::Tensor);
@@ -130,27 +178,41 @@ pub trait Backend: Send + Sync {
     );
     /// `x += y`.
     fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor);
+    /// `x += y`, then `out = rms_norm(x)`: the residual add and the norm
+    /// that follows it (one pass where the backend fuses them).
+    fn add_rms_norm(
+        &self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) {
+        self.add(x, y);
+        self.rms_norm(x, w, eps, out);
+    }
     /// `out = act(gate) * up`.
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation, out: &mut Self::Tensor);
     /// `x *= s`.
     fn scale(&self, x: &mut Self::Tensor, s: f32);
     /// `x = cap · tanh(x / cap)`.
     fn softcap(&self, x: &mut Self::Tensor, cap: f32);
-    /// Rotates each `head_dim`-wide head of each row by its position. Pairs
-    /// are (i, i + head_dim/2) (the "rotate half" convention of transformers).
-    fn rope(&self, x: &mut Self::Tensor, head_dim: usize, positions: &[u32], rope: &RopeTable);
+    /// Rotates each `head_dim`-wide head of each row by its position in
+    /// the batch. Pairs are (i, i + head_dim/2) (the "rotate half"
+    /// convention of transformers).
+    fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch, rope: &RopeTable);
 
     fn kv_alloc(&self, spec: KvSpec) -> Self::Kv;
     /// Stores rows of `k` and `v` at slots `position % capacity`.
-    fn kv_write(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor, positions: &[u32]);
-    /// Causal attention of each query row (at `positions[row]`) over the keys
+    fn kv_write(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor, batch: &Self::Batch);
+    /// Causal attention of each query row (at its batch position) over the keys
     /// held in `kv`, honouring the span; `out` is `[rows, num_heads * head_dim]`.
     /// `sinks` (one logit per query head) join each softmax denominator only.
     fn attention(
         &self,
         q: &Self::Tensor,
         kv: &Self::Kv,
-        positions: &[u32],
+        batch: &Self::Batch,
         params: &AttnParams,
         sinks: Option<&Self::Weight>,
         out: &mut Self::Tensor,

@@ -30,6 +30,14 @@ pub struct CpuTensor {
     pub cols: usize,
 }
 
+/// The token ids and positions of one forward call (host memory is where
+/// the CPU's kernels read them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuBatch {
+    pub tokens: Vec<u32>,
+    pub positions: Vec<u32>,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu;
 
@@ -37,6 +45,9 @@ impl Backend for Cpu {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
     type Kv = CpuKv;
+    type Batch = CpuBatch;
+    /// The CPU runs work as it is queued: nothing to record.
+    type Graph = ();
 
     fn name(&self) -> &'static str {
         "cpu"
@@ -86,8 +97,52 @@ impl Backend for Cpu {
         }
     }
 
-    fn embed(&self, table: &CpuWeight, tokens: &[u32], out: &mut CpuTensor) {
-        ops::embed(table, tokens, &mut out.data);
+    fn copy(&self, src: &CpuTensor, dst: &mut CpuTensor) {
+        assert_eq!(
+            (src.rows, src.cols),
+            (dst.rows, dst.cols),
+            "copy: shapes differ"
+        );
+        dst.data.copy_from_slice(&src.data);
+    }
+
+    fn argmax(&self, t: &CpuTensor) -> Vec<u32> {
+        t.data
+            .chunks(t.cols.max(1))
+            .take(t.rows)
+            .map(turbospark_backend::argmax)
+            .collect()
+    }
+
+    fn batch(&self, tokens: &[u32], positions: &[u32]) -> CpuBatch {
+        assert_eq!(
+            tokens.len(),
+            positions.len(),
+            "batch: one position per token"
+        );
+        CpuBatch {
+            tokens: tokens.to_vec(),
+            positions: positions.to_vec(),
+        }
+    }
+
+    fn set_batch(&self, b: &mut CpuBatch, tokens: &[u32], positions: &[u32]) {
+        assert_eq!(b.tokens.len(), tokens.len(), "set_batch: row count changed");
+        *b = self.batch(tokens, positions);
+    }
+
+    fn begin_graph(&self) -> bool {
+        false
+    }
+
+    fn end_graph(&self) -> Option<()> {
+        None
+    }
+
+    fn replay(&self, _g: &()) {}
+
+    fn embed(&self, table: &CpuWeight, batch: &CpuBatch, out: &mut CpuTensor) {
+        ops::embed(table, &batch.tokens, &mut out.data);
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32, out: &mut CpuTensor) {
@@ -115,23 +170,23 @@ impl Backend for Cpu {
         x.data.iter_mut().for_each(|v| *v = ops::softcap(*v, cap));
     }
 
-    fn rope(&self, x: &mut CpuTensor, head_dim: usize, positions: &[u32], rope: &RopeTable) {
-        ops::rope(&mut x.data, x.cols, head_dim, positions, rope);
+    fn rope(&self, x: &mut CpuTensor, head_dim: usize, batch: &CpuBatch, rope: &RopeTable) {
+        ops::rope(&mut x.data, x.cols, head_dim, &batch.positions, rope);
     }
 
     fn kv_alloc(&self, spec: KvSpec) -> CpuKv {
         CpuKv::new(spec)
     }
 
-    fn kv_write(&self, kv: &mut CpuKv, k: &CpuTensor, v: &CpuTensor, positions: &[u32]) {
-        kv.write(&k.data, &v.data, positions);
+    fn kv_write(&self, kv: &mut CpuKv, k: &CpuTensor, v: &CpuTensor, batch: &CpuBatch) {
+        kv.write(&k.data, &v.data, &batch.positions);
     }
 
     fn attention(
         &self,
         q: &CpuTensor,
         kv: &CpuKv,
-        positions: &[u32],
+        batch: &CpuBatch,
         params: &AttnParams,
         sinks: Option<&CpuWeight>,
         out: &mut CpuTensor,
@@ -140,7 +195,7 @@ impl Backend for Cpu {
         attention::attention(
             &q.data,
             kv,
-            positions,
+            &batch.positions,
             params,
             sinks.as_deref(),
             &mut out.data,

@@ -34,6 +34,16 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
     return h;
 }
 
+// A 16-byte load of data read once per pass (weights): through the
+// read-only path and not kept in L1, so activations stay there.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
 // Element `i` of a dense weight of dtype `dt`, as f32 (small vectors: norm
 // weights, biases, sinks, embedding rows).
 __device__ __forceinline__ float load_w(const void* w, int dt, u64 i) {

@@ -1,14 +1,43 @@
-// Operand preparation for the cuBLAS (prefill) path of `linear`: weights
-// that cuBLAS cannot read (f16 with f32 activations, MXFP4, int8, int4) are
-// widened into scratch copies, and activations are split for bf16 weights.
+// Operand preparation for the cuBLAS (prefill) path of `linear` and of the
+// grouped MoE experts: cuBLAS multiplies bf16 by bf16 (f32 accumulation),
+// so f32 activations are rounded once to bf16, and weights it cannot read
+// directly are converted into scratch copies: MXFP4 (exactly) and int8 /
+// int4 (code · scale in f32, then rounded) to bf16; f16 to f32 for an f32
+// GEMM (rounding f16 weights to bf16 would drop 3 of their significand bits).
 //
-// bf16 weights: cuBLAS multiplies bf16 by bf16 only, so the f32 activations
-// are split as x = hi + lo with hi = bf16(x) and lo = bf16(x − hi), and two
-// GEMMs with f32 accumulation sum W·hi + W·lo. The split keeps 16 of f32's
-// 24 significand bits (the residual is ≤ 2^−17 |x|), so the result is within
-// f32-level error of the CPU's f32 arithmetic on the same bf16 weights, at
-// twice the cost of a plain bf16 GEMM.
+// The weight kernels take the address of the first converted row, so a
+// slice of rows (one expert of a stacked weight) converts the same way.
 
+// 8 f32 values -> 8 bf16 (round to nearest even) as one 16-byte store.
+__device__ __forceinline__ void store8_bf16(u16* out, const float* v) {
+    uint4 u;
+    u.x = (u32)f32_to_bf16(v[0]) | ((u32)f32_to_bf16(v[1]) << 16);
+    u.y = (u32)f32_to_bf16(v[2]) | ((u32)f32_to_bf16(v[3]) << 16);
+    u.z = (u32)f32_to_bf16(v[4]) | ((u32)f32_to_bf16(v[5]) << 16);
+    u.w = (u32)f32_to_bf16(v[6]) | ((u32)f32_to_bf16(v[7]) << 16);
+    *(uint4*)out = u;
+}
+
+// x (f32) -> bf16, round to nearest even: the activation operand of a bf16
+// GEMM. Four values per step (16-byte load, 8-byte store) while whole
+// quadruples remain, then one at a time; `x` and `out` are allocation starts.
+extern "C" __global__ void to_bf16(u16* out, const float* x, u64 n) {
+    FOR_EACH(q, (n + 3) / 4) {
+        const u64 i = q * 4;
+        if (i + 4 <= n) {
+            const float4 v = *(const float4*)(x + i);
+            uint2 u;
+            u.x = (u32)f32_to_bf16(v.x) | ((u32)f32_to_bf16(v.y) << 16);
+            u.y = (u32)f32_to_bf16(v.z) | ((u32)f32_to_bf16(v.w) << 16);
+            *(uint2*)(out + i) = u;
+        } else {
+            for (u64 j = i; j < n; j++) out[j] = f32_to_bf16(x[j]);
+        }
+    }
+}
+
+// x -> bf16 hi + lo with hi + lo = x to 16 significand bits (the
+// f32-precision mode's two GEMMs).
 extern "C" __global__ void split_bf16(u16* hi, u16* lo, const float* x, u64 n) {
     FOR_EACH(i, n) {
         const float v = x[i];
@@ -18,36 +47,64 @@ extern "C" __global__ void split_bf16(u16* hi, u16* lo, const float* x, u64 n) {
     }
 }
 
-// f16 (or any dense) weights -> f32 for an f32 GEMM (f16 cannot share the
-// bf16 split: activations overflow f16's range).
+// f16 (or any dense) weights -> f32 for an f32 GEMM.
 extern "C" __global__ void widen_f32(float* out, const void* w, int dt, u64 n) {
     FOR_EACH(i, n) out[i] = load_w(w, dt, i);
 }
 
 // MXFP4 -> bf16, exactly: an E2M1 value has 2 significant bits and the scale
-// is a power of two, so every decoded value is a bf16.
-extern "C" __global__ void mxfp4_to_bf16(u16* out, const u8* blocks, const u8* scales, u64 n) {
-    FOR_EACH(i, n) {
-        const u64 g = i / 32;
-        const u32 j = (u32)(i % 32);
-        const u32 b = blocks[g * 16 + j / 2];
-        const u32 code = (j & 1u) ? (b >> 4) : (b & 15u);
-        out[i] = f32_to_bf16(e2m1(code) * e8m0(scales[g]));
+// is a power of two, so every decoded value is a bf16 (for scales from 2^−127
+// to 2^127; the checkpoint's 255, inf, converts to ±inf and NaN as in f32).
+// One thread per 32-value group: 16 bytes of codes in, 64 bytes out.
+extern "C" __global__ void mxfp4_to_bf16(u16* out, const u8* blocks, const u8* scales,
+                                         u64 groups) {
+    FOR_EACH(g, groups) {
+        const uint4 u = ((const uint4*)blocks)[g];
+        const u32 q[4] = {u.x, u.y, u.z, u.w};
+        const float s = e8m0(scales[g]);
+        float v[32];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const u32 byte = (q[j >> 2] >> (8 * (j & 3))) & 0xffu;
+            v[2 * j] = e2m1(byte & 15u) * s;
+            v[2 * j + 1] = e2m1(byte >> 4) * s;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) store8_bf16(out + g * 32 + 8 * j, v + 8 * j);
     }
 }
 
-// Int8 / int4 (kind 0 / 1) groups of 32 -> f32, code · scale in f32 as the
-// CPU's dequantisation, for an f32 GEMM (code · scale is not a bf16).
-extern "C" __global__ void dequant_f32(float* out, const u8* codes, const float* scales, u64 n,
-                                       int kind) {
-    FOR_EACH(i, n) {
-        float c;
+// Int8 / int4 (kind 0 / 1) -> bf16: code · scale in f32 (the CPU's
+// dequantised value), then rounded to nearest even. One thread per 32-value
+// group (int8: 32 bytes of codes; int4: 16 bytes, low nibble first, value + 8).
+extern "C" __global__ void dequant_bf16(u16* out, const u8* codes, const float* scales,
+                                        u64 groups, int kind) {
+    FOR_EACH(g, groups) {
+        const float s = scales[g];
+        float v[32];
         if (kind == 0) {
-            c = (float)(signed char)codes[i];
+            const uint4* p = (const uint4*)codes + 2 * g;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint4 u = p[h];
+                const u32 q[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    const u32 byte = (q[j >> 2] >> (8 * (j & 3))) & 0xffu;
+                    v[16 * h + j] = (float)(signed char)byte * s;
+                }
+            }
         } else {
-            const u32 b = codes[i / 2];
-            c = (float)((int)((i & 1) ? (b >> 4) : (b & 15u)) - 8);
+            const uint4 u = ((const uint4*)codes)[g];
+            const u32 q[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int j = 0; j < 16; j++) {
+                const u32 byte = (q[j >> 2] >> (8 * (j & 3))) & 0xffu;
+                v[2 * j] = (float)((int)(byte & 15u) - 8) * s;
+                v[2 * j + 1] = (float)((int)(byte >> 4) - 8) * s;
+            }
         }
-        out[i] = c * scales[i / 32];
+#pragma unroll
+        for (int j = 0; j < 4; j++) store8_bf16(out + g * 32 + 8 * j, v + 8 * j);
     }
 }

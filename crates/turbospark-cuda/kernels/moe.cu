@@ -1,7 +1,11 @@
-// Mixture-of-experts pieces around the expert matvecs (which are gemv.cu's
-// kernels with one job per (token, selected expert)): routing, the expert
-// activation, and the weighted sum. All on the device, so a decode step
-// needs no host round trip.
+// Mixture-of-experts pieces around the expert matrix products: routing, the
+// expert activation, and the weighted sum.
+// Decode (few rows): the products are gemv.cu's kernels with one job per
+// (token, selected expert); all on the device, so a step needs no host
+// round trip. Prefill (grouped): the (token, slot) pairs are listed per
+// expert on the host, each expert's token rows are gathered into one
+// contiguous block, the products are cuBLAS GEMMs per expert, and the
+// outputs are read back per (token, slot) by the weighted sum.
 
 #define MOE_MAX_TOPK 32
 
@@ -78,23 +82,33 @@ extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logi
     }
 }
 
-// gate_up rows [jobs, 2·width] -> activated rows [jobs, width].
+// Column c of the activation of one gate_up row; the gate_up bias (when
+// given: `bias` + `bias_row`, dtype `bias_dt`) is added first, as the CPU's
+// linear does.
 // act 0 SwiGlu: gate = columns [0, width), up = [width, 2·width), silu(gate)·up.
 // act 1 ClampedSwiGlu (gpt-oss): gate = even columns, up = odd ones;
 // gate ≤ limit, up in [−limit, limit], (up + 1) · gate · sigmoid(alpha · gate).
+__device__ __forceinline__ float moe_act_at(const float* row, const void* bias, int bias_dt,
+                                            u64 bias_row, u32 width, u64 c, int act, float alpha,
+                                            float limit) {
+    const u64 gi = act == 0 ? c : 2 * c, ui = act == 0 ? width + c : 2 * c + 1;
+    float g = row[gi], u = row[ui];
+    if (bias) {
+        g += load_w(bias, bias_dt, bias_row + gi);
+        u += load_w(bias, bias_dt, bias_row + ui);
+    }
+    if (act == 0) return g / (1.0f + expf(-g)) * u;
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    return (u + 1.0f) * (g / (1.0f + expf(-g * alpha)));
+}
+
+// gate_up rows [jobs, 2·width] (bias included) -> activated rows [jobs, width].
 extern "C" __global__ void moe_act(float* out, const float* gu, u32 jobs, u32 width, int act,
                                    float alpha, float limit) {
     FOR_EACH(i, (u64)jobs * width) {
         const u64 j = i / width, c = i % width;
-        const float* row = gu + j * 2 * width;
-        if (act == 0) {
-            const float g = row[c];
-            out[i] = g / (1.0f + expf(-g)) * row[width + c];
-        } else {
-            const float g = fminf(row[2 * c], limit);
-            const float u = fminf(fmaxf(row[2 * c + 1], -limit), limit);
-            out[i] = (u + 1.0f) * (g / (1.0f + expf(-g * alpha)));
-        }
+        out[i] = moe_act_at(gu + j * 2 * width, nullptr, 0, 0, width, c, act, alpha, limit);
     }
 }
 
@@ -108,6 +122,64 @@ extern "C" __global__ void moe_combine(float* out, const float* y, const float* 
         for (u32 j = 0; j < top_k; j++) {
             const u64 job = r * top_k + j;
             o += y[job * hidden + c] * sel_w[job];
+        }
+        out[i] = o;
+    }
+}
+
+// Grouped path: out row r = x row row_token[r], as bf16 (round to nearest
+// even; `to_bf16` 1) or f32 (0), the operand type of the expert GEMM.
+extern "C" __global__ void moe_gather(void* out, const float* x, const int* row_token, u32 rows,
+                                      u32 cols, int to_bf16) {
+    FOR_EACH(i, (u64)rows * cols) {
+        const u64 r = i / cols, c = i % cols;
+        const float v = x[(u64)row_token[r] * cols + c];
+        if (to_bf16) {
+            ((u16*)out)[i] = f32_to_bf16(v);
+        } else {
+            ((float*)out)[i] = v;
+        }
+    }
+}
+
+// Grouped path: gate_up rows [rows, 2·width] without bias -> activated rows
+// [rows, width], adding row r's expert (row_expert[r]) gate_up bias first;
+// written as bf16 (`to_bf16` 1) or f32 (0), the operand type of the down GEMM.
+extern "C" __global__ void moe_act_rows(void* out, const float* gu, const int* row_expert,
+                                        const void* bias, int bias_dt, u32 rows, u32 width,
+                                        int act, float alpha, float limit, int to_bf16) {
+    FOR_EACH(i, (u64)rows * width) {
+        const u64 r = i / width, c = i % width;
+        const u64 brow = (u64)row_expert[r] * 2 * width;
+        const float v = moe_act_at(gu + r * 2 * width, bias, bias_dt, brow, width, c, act, alpha,
+                                   limit);
+        if (to_bf16) {
+            ((u16*)out)[i] = f32_to_bf16(v);
+        } else {
+            ((float*)out)[i] = v;
+        }
+    }
+}
+
+// Grouped path: out[r, c] = Σ_j (y[slot_row[s], c] + down_bias[e_s, c]) · w[s]
+// for slots s = r·k + j, from zero, j ascending (the pairs are sorted by
+// expert): the CPU's order, the bias added before the weighting. A slot
+// with slot_row −1 (an expert index out of range, from NaN logits) adds
+// nothing.
+extern "C" __global__ void moe_combine_rows(float* out, const float* y, const int* slot_row,
+                                            const int* sel_e, const float* sel_w,
+                                            const void* bias, int bias_dt, u32 rows, u32 top_k,
+                                            u32 hidden) {
+    FOR_EACH(i, (u64)rows * hidden) {
+        const u64 r = i / hidden, c = i % hidden;
+        float o = 0.0f;
+        for (u32 j = 0; j < top_k; j++) {
+            const u64 s = r * top_k + j;
+            const int row = slot_row[s];
+            if (row < 0) continue;
+            float v = y[(u64)row * hidden + c];
+            if (bias) v += load_w(bias, bias_dt, (u64)sel_e[s] * hidden + c);
+            o += v * sel_w[s];
         }
         out[i] = o;
     }

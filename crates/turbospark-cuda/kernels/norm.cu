@@ -1,19 +1,63 @@
 // RMSNorm over groups of `d` values (a whole row, or one head of it).
 // transformers' order in f32: r = 1 / sqrt(mean(x²) + eps), out = w · (x · r).
 // One block per group; the sum of squares is a block tree reduction (the CPU
-// sums sequentially, so results differ by rounding only).
+// sums sequentially, so results differ by rounding only). A decode row is a
+// single block, so its time is load latency: each thread loads its (at most
+// NORM_HELD) values at once and keeps them in registers for the second
+// pass; values beyond that (d > NORM_HELD · blockDim) are read again.
 
-extern "C" __global__ void rms_norm(float* out, const float* x, const void* w, int dt, u32 d,
-                                    float eps) {
+#define NORM_HELD 8
+
+// out = rms_norm(x (+ y)) for the block's group; with `y`, x += y is
+// stored back (the residual add fused with the norm that reads it).
+__device__ __forceinline__ void norm_group(float* out, float* x, const float* y, const void* w,
+                                           int dt, u32 d, float eps) {
     const u64 base = (u64)blockIdx.x * d;
+    const u32 t = threadIdx.x, bd = blockDim.x;
+    float held[NORM_HELD];
     float ss = 0.0f;
-    for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < NORM_HELD; j++) {
+        const u32 i = t + j * bd;
+        held[j] = 0.0f;
+        if (i < d) {
+            float v = x[base + i];
+            if (y) {
+                v += y[base + i];
+                x[base + i] = v;
+            }
+            held[j] = v;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NORM_HELD; j++) ss += held[j] * held[j];
+    for (u32 i = t + NORM_HELD * bd; i < d; i += bd) {
         float v = x[base + i];
+        if (y) {
+            v += y[base + i];
+            x[base + i] = v;
+        }
         ss += v * v;
     }
     ss = block_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)d + eps);
-    for (u32 i = threadIdx.x; i < d; i += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < NORM_HELD; j++) {
+        const u32 i = t + j * bd;
+        if (i < d) out[base + i] = load_w(w, dt, i) * (held[j] * r);
+    }
+    for (u32 i = t + NORM_HELD * bd; i < d; i += bd) {
         out[base + i] = load_w(w, dt, i) * (x[base + i] * r);
     }
+}
+
+extern "C" __global__ void rms_norm(float* out, const float* x, const void* w, int dt, u32 d,
+                                    float eps) {
+    // x is only read when y is null.
+    norm_group(out, (float*)x, nullptr, w, dt, d, eps);
+}
+
+extern "C" __global__ void add_rms_norm(float* out, float* x, const float* y, const void* w,
+                                        int dt, u32 d, float eps) {
+    norm_group(out, x, y, w, dt, d, eps);
 }

@@ -11,14 +11,20 @@ use cudarc::driver::CudaSlice;
 use turbospark_backend::{AttnParams, KvSpec};
 use turbospark_format::AttnSpan;
 
+use crate::flash_attention::{flash_attention, flash_supported};
 use crate::kernels::Arg;
 use crate::weight::CudaWeight;
-use crate::{Cuda, CudaTensor};
+use crate::{Cuda, CudaBatch, CudaTensor, Precision};
 
 /// Largest head_dim the attention kernel holds in registers.
 pub const MAX_HEAD_DIM: usize = 256;
 /// Fewest key slots one attention block scans.
 const MIN_SLOTS_PER_SPLIT: usize = 32;
+/// Fewest query rows that go to the tensor-core flash kernel (prefill);
+/// fewer (decode) take the split-KV kernels, which read f32 K/V exactly.
+const FLASH_MIN_ROWS: usize = 16;
+/// Most splits of one (row, head): `ATT_MAX_SPLITS` in kernels/attention.cu.
+const MAX_SPLITS: usize = 256;
 
 pub struct CudaKv {
     pub spec: KvSpec,
@@ -59,26 +65,25 @@ impl CudaKv {
     }
 }
 
-pub fn kv_write(be: &Cuda, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, positions: &[u32]) {
+pub fn kv_write(be: &Cuda, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, batch: &CudaBatch) {
     let d = kv.spec.kv_dim;
-    let n = positions.len();
+    let n = batch.rows();
     assert_eq!((k.rows, k.cols), (n, d), "kv_write: k is not [{n}, {d}]");
     assert_eq!((v.rows, v.cols), (n, d), "kv_write: v is not [{n}, {d}]");
     if n == 0 || kv.spec.capacity == 0 {
         return;
     }
-    let pos = be.upload_slice(positions);
     be.launch(
         &be.k.kv_write,
-        (n as u32, 1, 1),
-        128,
+        (n as u32, d.div_ceil(256) as u32, 1),
+        256,
         &[
             Arg::Ptr(be.ptr(&kv.k)),
             Arg::Ptr(be.ptr(&kv.v)),
             Arg::Ptr(be.ptr(&kv.slot_pos)),
             Arg::Ptr(be.ptr(&k.data)),
             Arg::Ptr(be.ptr(&v.data)),
-            Arg::Ptr(be.ptr(&pos)),
+            Arg::Ptr(be.ptr(&batch.positions)),
             Arg::U32(n as u32),
             Arg::U32(d as u32),
             Arg::U32(kv.spec.capacity as u32),
@@ -90,7 +95,8 @@ pub fn kv_write(be: &Cuda, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, posi
 /// of the queries has wrapped the ring, position p sits in slot p, so only
 /// slots up to the largest query position (and, for a sliding span, from
 /// the smallest query's window start) need scanning; anything else there is
-/// a stale position beyond every query and invisible anyway.
+/// a stale position beyond every query and invisible anyway. (The kernel
+/// narrows this further per query row, from the positions it reads.)
 fn slot_range(positions: &[u32], capacity: usize, span: AttnSpan) -> (usize, usize) {
     let max = positions.iter().copied().max().unwrap_or(0) as usize;
     let min = positions.iter().copied().min().unwrap_or(0) as usize;
@@ -108,12 +114,12 @@ pub fn attention(
     be: &Cuda,
     q: &CudaTensor,
     kv: &CudaKv,
-    positions: &[u32],
+    batch: &CudaBatch,
     p: &AttnParams,
     sinks: Option<&CudaWeight>,
     out: &mut CudaTensor,
 ) {
-    let (n, hd, heads) = (positions.len(), p.head_dim, p.num_heads);
+    let (n, hd, heads) = (batch.rows(), p.head_dim, p.num_heads);
     assert_eq!(
         (q.rows, q.cols),
         (n, heads * hd),
@@ -147,17 +153,29 @@ pub fn attention(
             window as i64
         }
     };
-    let (lo, hi) = slot_range(positions, kv.spec.capacity, p.span);
-    // Split the slots so that there are about two blocks per SM in flight.
+    if n >= FLASH_MIN_ROWS && flash_supported(hd) && be.precision() == Precision::Bf16 {
+        let positions = be.ptr(&batch.positions);
+        return flash_attention(be, q, kv, positions, n, p, sinks, out);
+    }
+    // A recording must serve every later position: scan the whole ring
+    // (each row's kernel blocks skip what its own position cannot see).
+    let (lo, hi) = if be.recording() {
+        (0, kv.spec.capacity)
+    } else {
+        slot_range(&batch.host_positions, kv.spec.capacity, p.span)
+    };
+    // Split the slots so that there are about eight blocks per SM in flight.
     let rh = n * heads;
-    let want = (2 * be.sm_count as usize).div_ceil(rh);
-    let splits = want.clamp(1, (hi - lo).div_ceil(MIN_SLOTS_PER_SPLIT).max(1));
+    let want = (8 * be.sm_count as usize).div_ceil(rh);
+    let splits = want.clamp(
+        1,
+        (hi - lo).div_ceil(MIN_SLOTS_PER_SPLIT).clamp(1, MAX_SPLITS),
+    );
     let per_split = (hi - lo).div_ceil(splits).max(1);
     let splits = (hi - lo).div_ceil(per_split).max(1);
 
     let part_o = be.scratch::<f32>(rh * splits * hd);
     let part_ml = be.scratch::<f32>(rh * splits * 2);
-    let pos = be.upload_slice(positions);
     be.launch(
         &be.k.attn_partial,
         (rh as u32, splits as u32, 1),
@@ -169,7 +187,7 @@ pub fn attention(
             Arg::Ptr(be.ptr(&kv.k)),
             Arg::Ptr(be.ptr(&kv.v)),
             Arg::Ptr(be.ptr(&kv.slot_pos)),
-            Arg::Ptr(be.ptr(&pos)),
+            Arg::Ptr(be.ptr(&batch.positions)),
             Arg::U32(heads as u32),
             Arg::U32((heads / p.num_kv_heads) as u32),
             Arg::U32(hd as u32),
@@ -180,6 +198,7 @@ pub fn attention(
             Arg::U32(lo as u32),
             Arg::U32(hi as u32),
             Arg::U32(per_split as u32),
+            Arg::U32(kv.spec.capacity as u32),
         ],
     );
     let (sink_ptr, sink_dt) = match sinks {

@@ -20,7 +20,7 @@ use crate::CudaError;
 const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// One kernel family per file: (file name, source).
-pub const SOURCES: [(&str, &str); 7] = [
+pub const SOURCES: [(&str, &str); 9] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
     ("rope.cu", include_str!("../kernels/rope.cu")),
@@ -28,6 +28,11 @@ pub const SOURCES: [(&str, &str); 7] = [
     ("convert.cu", include_str!("../kernels/convert.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),
+    ("sample.cu", include_str!("../kernels/sample.cu")),
+    (
+        "flash_attention.cu",
+        include_str!("../kernels/flash_attention.cu"),
+    ),
 ];
 
 /// Precise math everywhere (no fast-math): kernels must agree with the CPU

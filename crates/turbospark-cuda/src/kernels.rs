@@ -71,12 +71,14 @@ macro_rules! kernels {
 
 kernels! {
     "elementwise.cu" => [embed, add_inplace, scale_inplace, softcap_inplace, glu, add_bias],
-    "norm.cu" => [rms_norm],
+    "norm.cu" => [rms_norm, add_rms_norm],
     "rope.cu" => [rope],
     "gemv.cu" => [gemv_f32, gemv_bf16, gemv_f16, gemv_mxfp4, gemv_q8, gemv_q4],
-    "convert.cu" => [split_bf16, widen_f32, mxfp4_to_bf16, dequant_f32],
+    "convert.cu" => [split_bf16, to_bf16, widen_f32, mxfp4_to_bf16, dequant_bf16],
     "attention.cu" => [kv_write, attn_partial, attn_combine],
-    "moe.cu" => [moe_route, moe_act, moe_combine],
+    "sample.cu" => [argmax_rows],
+    "moe.cu" => [moe_route, moe_act, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
+    "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
 }
 
 /// Launches `f` on `stream` with `grid` blocks of `block` threads.

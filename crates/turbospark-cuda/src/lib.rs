@@ -11,22 +11,30 @@
 //! everywhere and [`Cuda::new`] returns an error where there is no GPU.
 //!
 //! All work runs in order on one stream; only [`Backend::to_host`] (and
-//! uploads) wait for it. This module owns the device handle, the tensor
-//! type and the trait's dispatch; it must not know about model families.
+//! uploads) wait for it. Buffers come from the stream-ordered pool
+//! (`cuMemAllocAsync`), which keeps freed memory for reuse; recorded graphs
+//! (`begin_graph`) capture that stream, allocations included. This module
+//! owns the device handle, the tensor and batch types and the trait's
+//! dispatch; it must not know about model families.
 
 pub mod attention;
 pub mod compile;
+pub mod device_info;
+pub mod flash_attention;
 pub mod kernels;
 pub mod linear;
 pub mod moe;
 pub mod ops;
+pub mod sample;
 pub mod weight;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError, ValidAsZeroBits, sys,
+    CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError,
+    ValidAsZeroBits, result, sys,
 };
 use turbospark_backend::{
     AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable,
@@ -57,6 +65,23 @@ pub enum CudaError {
     },
 }
 
+/// The operand precision of the compute-bound (prefill) paths. Decode
+/// (GEMV, split-KV attention) is f32 arithmetic on the stored weights in
+/// both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// Tensor-core bf16 operands with f32 accumulation: activations are
+    /// rounded to bf16 for the prefill GEMMs and the flash-attention
+    /// kernel, MoE prefill is grouped by expert. Results within ~1e-2 of
+    /// the rms of f32 arithmetic. The default.
+    #[default]
+    Bf16,
+    /// f32-level results everywhere (x split into bf16 hi + lo for the
+    /// GEMMs, f32 attention, per-token MoE jobs), at about half the
+    /// prefill speed: for comparisons with references.
+    F32,
+}
+
 /// A row-major `[rows, cols]` f32 matrix in device memory.
 pub struct CudaTensor {
     /// At least one element, so that an empty tensor is still an allocation.
@@ -65,11 +90,37 @@ pub struct CudaTensor {
     pub cols: usize,
 }
 
+/// The token ids and positions of one forward call: device copies the
+/// kernels read, and host copies for shape checks and launch geometry.
+pub struct CudaBatch {
+    pub tokens: CudaSlice<u32>,
+    pub positions: CudaSlice<u32>,
+    pub host_tokens: Vec<u32>,
+    pub host_positions: Vec<u32>,
+}
+
+impl CudaBatch {
+    pub fn rows(&self) -> usize {
+        self.host_tokens.len()
+    }
+}
+
+/// A recorded and instantiated CUDA graph.
+pub struct Recording(CudaGraph);
+
+// SAFETY: a graph may be used from any one thread at a time; `Recording`
+// is not `Sync`, and the backend launches it only on its own stream.
+unsafe impl Send for Recording {}
+
 /// One GPU: its context, the stream all work runs on, cuBLAS and the
 /// kernels.
 pub struct Cuda {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// True between `begin_graph` and `end_graph`: operations size their
+    /// launches for any future batch, not the current one.
+    recording: AtomicBool,
+    precision: Precision,
     /// cuBLAS handles must not be used from two threads at once.
     blas: Mutex<CudaBlas>,
     k: kernels::Kernels,
@@ -110,11 +161,31 @@ impl Cuda {
         let sm_count =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let k = kernels::Kernels::load(&ctx, &arch)?;
-        let stream = ctx.default_stream();
+        // One stream and no cross-stream hazards: cudarc's per-buffer event
+        // tracking would only add two events to every allocation.
+        // SAFETY: every buffer is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        // A stream of our own: the legacy default stream cannot be captured
+        // into a graph.
+        let stream = ctx.new_stream()?;
+        // Keep freed pool memory instead of returning it to the driver at
+        // every synchronisation, so per-call scratch stays a pool hit.
+        // SAFETY: the device handle comes from the live context.
+        unsafe {
+            let pool = result::device::get_default_mem_pool(ctx.cu_device())?;
+            let mut keep = u64::MAX;
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep as *mut u64).cast(),
+            )?;
+        }
         let blas = CudaBlas::new(stream.clone())?;
         Ok(Cuda {
             ctx,
             stream,
+            recording: AtomicBool::new(false),
+            precision: Precision::default(),
             blas: Mutex::new(blas),
             k,
             sm_count: sm_count.max(1) as u32,
@@ -153,6 +224,20 @@ impl Cuda {
         self.stream
             .synchronize()
             .unwrap_or_else(|e| panic!("CUDA: {e}"));
+    }
+
+    /// Sets the operand precision of the prefill paths (before any work).
+    pub fn set_precision(&mut self, p: Precision) {
+        self.precision = p;
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Whether a graph is being recorded (see `Backend::begin_graph`).
+    pub(crate) fn recording(&self) -> bool {
+        self.recording.load(Ordering::Relaxed)
     }
 
     pub(crate) fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
@@ -201,6 +286,8 @@ impl Backend for Cuda {
     type Tensor = CudaTensor;
     type Weight = CudaWeight;
     type Kv = CudaKv;
+    type Batch = CudaBatch;
+    type Graph = Recording;
 
     fn name(&self) -> &'static str {
         "cuda"
@@ -263,8 +350,87 @@ impl Backend for Cuda {
         out
     }
 
-    fn embed(&self, table: &CudaWeight, tokens: &[u32], out: &mut CudaTensor) {
-        ops::embed(self, table, tokens, out);
+    fn copy(&self, src: &CudaTensor, dst: &mut CudaTensor) {
+        assert_eq!(
+            (src.rows, src.cols),
+            (dst.rows, dst.cols),
+            "copy: shapes differ"
+        );
+        let n = src.rows * src.cols;
+        if n > 0 {
+            self.stream
+                .memcpy_dtod(&src.data.slice(..n), &mut dst.data.slice_mut(..n))
+                .unwrap_or_else(|e| panic!("CUDA: copying a tensor: {e}"));
+        }
+    }
+
+    fn argmax(&self, t: &CudaTensor) -> Vec<u32> {
+        sample::argmax(self, t)
+    }
+
+    fn batch(&self, tokens: &[u32], positions: &[u32]) -> CudaBatch {
+        assert_eq!(
+            tokens.len(),
+            positions.len(),
+            "batch: one position per token"
+        );
+        CudaBatch {
+            tokens: self.upload_slice(tokens),
+            positions: self.upload_slice(positions),
+            host_tokens: tokens.to_vec(),
+            host_positions: positions.to_vec(),
+        }
+    }
+
+    fn set_batch(&self, b: &mut CudaBatch, tokens: &[u32], positions: &[u32]) {
+        assert!(
+            tokens.len() == b.rows() && positions.len() == b.rows(),
+            "set_batch: {} rows, given {} tokens and {} positions",
+            b.rows(),
+            tokens.len(),
+            positions.len()
+        );
+        if tokens.is_empty() {
+            return;
+        }
+        let copy = |src: &[u32], dst: &mut CudaSlice<u32>| {
+            self.stream
+                .memcpy_htod(src, &mut dst.slice_mut(..src.len()))
+                .unwrap_or_else(|e| panic!("CUDA: uploading a batch: {e}"))
+        };
+        copy(tokens, &mut b.tokens);
+        copy(positions, &mut b.positions);
+        b.host_tokens.copy_from_slice(tokens);
+        b.host_positions.copy_from_slice(positions);
+    }
+
+    fn begin_graph(&self) -> bool {
+        // Thread-local mode: another thread's unrelated CUDA calls do not
+        // invalidate this capture.
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        if self.stream.begin_capture(mode).is_err() {
+            return false;
+        }
+        self.recording.store(true, Ordering::Relaxed);
+        true
+    }
+
+    fn end_graph(&self) -> Option<Recording> {
+        self.recording.store(false, Ordering::Relaxed);
+        let flags = sys::CUgraphInstantiate_flags(0);
+        match self.stream.end_capture(flags) {
+            Ok(Some(g)) => Some(Recording(g)),
+            _ => None,
+        }
+    }
+
+    fn replay(&self, g: &Recording) {
+        g.0.launch()
+            .unwrap_or_else(|e| panic!("CUDA: replaying a graph: {e}"));
+    }
+
+    fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) {
+        ops::embed(self, table, batch, out);
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaWeight, eps: f32, out: &mut CudaTensor) {
@@ -285,6 +451,17 @@ impl Backend for Cuda {
         ops::add(self, x, y);
     }
 
+    fn add_rms_norm(
+        &self,
+        x: &mut CudaTensor,
+        y: &CudaTensor,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaTensor,
+    ) {
+        ops::add_rms_norm(self, x, y, w, eps, out);
+    }
+
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation, out: &mut CudaTensor) {
         ops::glu(self, gate, up, act, out);
     }
@@ -297,28 +474,28 @@ impl Backend for Cuda {
         ops::softcap(self, x, cap);
     }
 
-    fn rope(&self, x: &mut CudaTensor, head_dim: usize, positions: &[u32], rope: &RopeTable) {
-        ops::rope(self, x, head_dim, positions, rope);
+    fn rope(&self, x: &mut CudaTensor, head_dim: usize, batch: &CudaBatch, rope: &RopeTable) {
+        ops::rope(self, x, head_dim, batch, rope);
     }
 
     fn kv_alloc(&self, spec: KvSpec) -> CudaKv {
         CudaKv::new(self, spec)
     }
 
-    fn kv_write(&self, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, positions: &[u32]) {
-        attention::kv_write(self, kv, k, v, positions);
+    fn kv_write(&self, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, batch: &CudaBatch) {
+        attention::kv_write(self, kv, k, v, batch);
     }
 
     fn attention(
         &self,
         q: &CudaTensor,
         kv: &CudaKv,
-        positions: &[u32],
+        batch: &CudaBatch,
         params: &AttnParams,
         sinks: Option<&CudaWeight>,
         out: &mut CudaTensor,
     ) {
-        attention::attention(self, q, kv, positions, params, sinks, out);
+        attention::attention(self, q, kv, batch, params, sinks, out);
     }
 
     fn moe(

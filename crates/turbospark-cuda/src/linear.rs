@@ -1,22 +1,32 @@
-//! `out = x · Wᵀ (+ bias)` for x `[n, k]` and W `[m, k]`, and the matvec
-//! jobs of the MoE layer.
+//! `out = x · Wᵀ (+ bias)` for x `[n, k]` and W `[m, k]`, the matvec jobs
+//! of the MoE layer, and the GEMMs of its grouped (prefill) path.
 //!
 //! Two regimes, as on the CPU. Decode (n < 4) is bound by reading W once:
 //! the GEMV kernels (kernels/gemv.cu) read each weight row in its stored
 //! format with 16-byte loads and dot it with every row of x, f32
 //! accumulation. Prefill (n ≥ 4) is bound by arithmetic and goes to cuBLAS
-//! (`cublasGemmEx`, f32 accumulation and output). Precision choice for that
-//! path, per weight format:
-//! - bf16: x is split into bf16 hi + lo (kernels/convert.cu) and the two
-//!   bf16 × bf16 products are accumulated in f32: 16 significand bits of x,
-//!   so results match f32 arithmetic on the same weights to ~1e-5 relative,
-//!   at twice the cost of one bf16 tensor-core GEMM.
+//! (`cublasGemmEx`, f32 accumulation and output). Operands of that path,
+//! per weight format:
+//! - bf16: x is rounded once to bf16 (kernels/convert.cu) and multiplies
+//!   the stored weights in one bf16 × bf16 tensor-core GEMM
+//!   (`CUBLAS_COMPUTE_32F`). Rounding x to bf16 (8 significand bits)
+//!   costs ~2⁻⁹ relative per product: results are within ~1e-2 of the rms
+//!   of the f32 arithmetic on the same weights.
 //! - MXFP4: dequantised exactly to a bf16 scratch copy, then as bf16.
-//! - f32: plain f32 GEMM with `CUBLAS_COMPUTE_32F_PEDANTIC` (no TF32).
-//! - f16: widened to an f32 scratch copy, then as f32 (splitting x into f16
-//!   halves would overflow f16's range).
-//! - int8/int4: dequantised (code · scale in f32, as the CPU) to an f32
-//!   scratch copy, then as f32.
+//! - int8/int4: dequantised to a bf16 scratch copy (code · scale in f32,
+//!   as the CPU, then rounded to bf16), then as bf16.
+//! - f32: f32 GEMM with `CUBLAS_COMPUTE_32F_PEDANTIC` (no TF32).
+//! - f16: widened to an f32 scratch copy, then as f32 (rounding f16 to bf16
+//!   would lose weight bits).
+//!
+//! With [`Precision::F32`] (`--precision f32`), bf16-operand products
+//! instead split x into bf16 hi + lo and accumulate two GEMMs: 16
+//! significand bits of x, results within ~1e-5 of f32 arithmetic, at twice
+//! the GEMM cost (for checks against references).
+//!
+//! [`gemm_rows`] runs one such product on a block of rows of W (one expert
+//! of a stacked weight) with x already in the operand type [`XType::of`]
+//! names; the MoE layer's grouped path calls it per expert.
 //!
 //! It owns the choice of kernel; it must not synchronise with the host.
 
@@ -24,17 +34,30 @@ use std::ffi::c_void;
 
 use cudarc::cublas::result::gemm_ex;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::CudaSlice;
 
 use turbospark_backend::Quant;
 
 use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::weight::{CudaWeight, Dense, WeightData};
-use crate::{Cuda, CudaTensor, ops};
+use crate::{Cuda, CudaTensor, Precision, ops};
 
 /// Below this many rows of x, weight bandwidth dominates: use the GEMV path.
 pub const GEMM_MIN_ROWS: usize = 4;
-/// Output rows per GEMV block (one warp each).
-const GEMV_ROWS_PER_BLOCK: u32 = 8;
+/// Warps per GEMV block (8 / W output rows of W warps each).
+const GEMV_WARPS_PER_BLOCK: u32 = 8;
+
+/// Warps per output row in a GEMV: the fewest of 1, 2, 4, 8 that give
+/// about four blocks per SM. A GEMV is only as fast as the weight bytes it
+/// has in flight, so a small matrix (a KV projection, a router) splits its
+/// rows over more warps rather than leave SMs idle.
+fn warps_per_row(sm_count: u32, jobs: u32, m: u32) -> u32 {
+    let want = 4 * sm_count;
+    [1, 2, 4, 8]
+        .into_iter()
+        .find(|&w| jobs.saturating_mul(m.div_ceil(GEMV_WARPS_PER_BLOCK / w)) >= want)
+        .unwrap_or(8)
+}
 
 /// One GEMV launch (see kernels/gemv.cu): `jobs` blocks-columns, each
 /// multiplying `nx` rows of x (starting at row `(job / x_div) · nx`) by the
@@ -102,7 +125,8 @@ pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, j: &GemvJob) {
         "gemv: {} rows of x per job",
         j.nx
     );
-    let blocks = j.m.div_ceil(GEMV_ROWS_PER_BLOCK);
+    let wpr = warps_per_row(be.sm_count, j.jobs, j.m);
+    let blocks = j.m.div_ceil(GEMV_WARPS_PER_BLOCK / wpr);
     assert!(blocks <= 65535, "gemv: {} output rows exceed the grid", j.m);
     let (bias_ptr, bias_dt) = bias.map_or((0, 0), |b| b.dense_ptr(be, "bias"));
     let tail = [
@@ -113,9 +137,10 @@ pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, j: &GemvJob) {
         Arg::U32(j.x_div),
         Arg::U32(j.k),
         Arg::U32(j.m),
+        Arg::U32(wpr),
     ];
     let grid = (j.jobs, blocks, 1);
-    let threads = 32 * GEMV_ROWS_PER_BLOCK;
+    let threads = 32 * GEMV_WARPS_PER_BLOCK;
     let mut args = vec![Arg::Ptr(j.out), Arg::Ptr(j.x)];
     let f = match &w.data {
         WeightData::Dense { dtype, bytes } => {
@@ -154,143 +179,253 @@ pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, j: &GemvJob) {
     be.launch(f, grid, threads, &args);
 }
 
-/// `out = x · Wᵀ` through cuBLAS (column-major): outᵀ [m, n] = op(W) · xᵀ
-/// with W seen as a k × m column-major matrix (transposed) and x as k × n.
-fn gemm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
-    let (n, k, m) = (x.rows, x.cols, w.rows());
-    let dims = [n, k, m];
+/// The element type the GEMM path reads x in, for a weight's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XType {
+    /// x rounded to bf16: bf16, MXFP4, int8 and int4 weights.
+    Bf16,
+    /// x as it is: f32 and f16 weights (an f32 GEMM).
+    F32,
+}
+
+impl XType {
+    pub fn of(w: &CudaWeight) -> XType {
+        match &w.data {
+            WeightData::Dense {
+                dtype: Dense::F32 | Dense::F16,
+                ..
+            } => XType::F32,
+            _ => XType::Bf16,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            XType::Bf16 => 2,
+            XType::F32 => 4,
+        }
+    }
+}
+
+/// Bytes of converted weights that [`gemm_rows`] needs for `rows` rows of
+/// `w`: bf16 for MXFP4 and int8/int4, f32 for f16, none for f32 and bf16
+/// (cuBLAS reads them as stored).
+fn scratch_bytes(w: &CudaWeight, rows: usize) -> usize {
+    let values = rows * w.cols();
+    match &w.data {
+        WeightData::Dense {
+            dtype: Dense::F32 | Dense::Bf16,
+            ..
+        } => 0,
+        WeightData::Dense {
+            dtype: Dense::F16, ..
+        } => values * 4,
+        WeightData::Mxfp4 { .. } | WeightData::Quantized { .. } => values * 2,
+    }
+}
+
+/// Scratch for the converted weights of [`gemm_rows`] calls on `w` with up
+/// to `rows` rows of it (`None` where none is needed). Calls queued on the
+/// stream run in order, so one scratch serves a sequence of them (the
+/// experts of a layer).
+pub fn weight_scratch(be: &Cuda, w: &CudaWeight, rows: usize) -> Option<CudaSlice<u8>> {
+    let bytes = scratch_bytes(w, rows);
+    (bytes > 0).then(|| be.scratch::<u8>(bytes))
+}
+
+/// `out = x · W[row0 .. row0 + rows]ᵀ` through cuBLAS: x is `[n, k]` at
+/// device address `x` in [`XType::of`]`(w)`, `out` is f32 `[n, rows]`; no
+/// bias. `scratch` comes from [`weight_scratch`] for at least `rows` rows.
+///
+/// cuBLAS is column-major: outᵀ [rows, n] = op(W) · xᵀ with W seen as a
+/// k × rows column-major matrix (transposed) and x as k × n.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_rows(
+    be: &Cuda,
+    x: u64,
+    n: usize,
+    w: &CudaWeight,
+    row0: usize,
+    rows: usize,
+    out: u64,
+    scratch: Option<&CudaSlice<u8>>,
+) {
+    gemm_rows_beta(be, x, n, w, row0, rows, out, scratch, 0.0);
+}
+
+/// [`gemm_rows`] into `out = x · Wᵀ + beta · out`.
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows_beta(
+    be: &Cuda,
+    x: u64,
+    n: usize,
+    w: &CudaWeight,
+    row0: usize,
+    rows: usize,
+    out: u64,
+    scratch: Option<&CudaSlice<u8>>,
+    beta: f32,
+) {
+    let k = w.cols();
+    assert!(
+        row0 + rows <= w.rows(),
+        "gemm: rows {row0}..{} of a {}-row weight",
+        row0 + rows,
+        w.rows()
+    );
+    let dims = [n, k, rows];
     assert!(
         dims.iter().all(|&d| d <= i32::MAX as usize),
-        "linear: {dims:?} exceed cuBLAS's int"
+        "gemm: {dims:?} exceed cuBLAS's int"
     );
-    let mk = (m * k) as u64;
-    let f32_call = GemmCall {
-        a: 0,
-        b: be.ptr(&x.data),
-        c: be.ptr(&out.data),
-        ty: cudaDataType::CUDA_R_32F,
-        // No TF32 or other reduced-precision shortcut for f32 inputs.
-        compute: cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
-        beta: 0.0,
-        mnk: (m as i32, n as i32, k as i32),
+    if n == 0 || rows == 0 {
+        return;
+    }
+    let values = (rows * k) as u64;
+    // Where converted weights go (0: read as stored).
+    let need = scratch_bytes(w, rows);
+    let wide = if need == 0 {
+        0
+    } else {
+        let s = scratch
+            .filter(|s| s.len() >= need)
+            .unwrap_or_else(|| panic!("gemm: no scratch of {need} bytes for {rows} rows"));
+        be.ptr(s)
     };
+    let call = GemmCall {
+        a: 0,
+        b: x,
+        c: out,
+        ty: cudaDataType::CUDA_R_16BF,
+        compute: cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        mnk: (rows as i32, n as i32, k as i32),
+        beta,
+    };
+    // No TF32 or other reduced-precision shortcut for f32 inputs.
+    let f32_call = GemmCall {
+        ty: cudaDataType::CUDA_R_32F,
+        compute: cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
+        ..call
+    };
+    let groups = values / 32;
+    let first = row0 as u64 * k as u64;
     match &w.data {
         WeightData::Dense {
             dtype: Dense::F32,
             bytes,
-        } => {
-            run_gemm(
-                be,
-                &GemmCall {
-                    a: be.ptr(bytes),
-                    ..f32_call
-                },
-            );
-        }
+        } => run_gemm(
+            be,
+            &GemmCall {
+                a: be.ptr(bytes) + first * 4,
+                ..f32_call
+            },
+        ),
+        WeightData::Dense {
+            dtype: Dense::Bf16,
+            bytes,
+        } => run_gemm(
+            be,
+            &GemmCall {
+                a: be.ptr(bytes) + first * 2,
+                ..call
+            },
+        ),
         WeightData::Dense {
             dtype: Dense::F16,
             bytes,
         } => {
-            let wide = be.scratch::<f32>(mk as usize);
             let args = [
-                Arg::Ptr(be.ptr(&wide)),
-                Arg::Ptr(be.ptr(bytes)),
+                Arg::Ptr(wide),
+                Arg::Ptr(be.ptr(bytes) + first * 2),
                 Arg::I32(Dense::F16.code()),
-                Arg::U64(mk),
+                Arg::U64(values),
             ];
-            be.launch(&be.k.widen_f32, grid_for(mk), BLOCK, &args);
+            be.launch(&be.k.widen_f32, grid_for(values), BLOCK, &args);
             run_gemm(
                 be,
                 &GemmCall {
-                    a: be.ptr(&wide),
+                    a: wide,
                     ..f32_call
                 },
             );
         }
-        WeightData::Dense {
-            dtype: Dense::Bf16,
-            bytes,
-        } => {
-            gemm_split_bf16(be, x, be.ptr(bytes), f32_call);
-        }
         WeightData::Mxfp4 { blocks, scales } => {
-            let wide = be.scratch::<u16>(mk as usize);
+            assert!(k.is_multiple_of(32), "gemm: MXFP4 rows of {k} values");
+            let g0 = first / 32;
             let args = [
-                Arg::Ptr(be.ptr(&wide)),
-                Arg::Ptr(be.ptr(blocks)),
-                Arg::Ptr(be.ptr(scales)),
-                Arg::U64(mk),
+                Arg::Ptr(wide),
+                Arg::Ptr(be.ptr(blocks) + g0 * 16),
+                Arg::Ptr(be.ptr(scales) + g0),
+                Arg::U64(groups),
             ];
-            be.launch(&be.k.mxfp4_to_bf16, grid_for(mk), BLOCK, &args);
-            gemm_split_bf16(be, x, be.ptr(&wide), f32_call);
+            be.launch(&be.k.mxfp4_to_bf16, grid_for(groups), BLOCK, &args);
+            run_gemm(be, &GemmCall { a: wide, ..call });
         }
         WeightData::Quantized {
             quant,
             codes,
             scales,
         } => {
-            let wide = be.scratch::<f32>(mk as usize);
-            let kind = match quant {
-                Quant::Int8 => 0,
-                Quant::Int4 => 1,
+            assert!(k.is_multiple_of(32), "gemm: quantized rows of {k} values");
+            let (kind, code_bytes) = match quant {
+                Quant::Int8 => (0, first),
+                Quant::Int4 => (1, first / 2),
             };
             let args = [
-                Arg::Ptr(be.ptr(&wide)),
-                Arg::Ptr(be.ptr(codes)),
-                Arg::Ptr(be.ptr(scales)),
-                Arg::U64(mk),
+                Arg::Ptr(wide),
+                Arg::Ptr(be.ptr(codes) + code_bytes),
+                Arg::Ptr(be.ptr(scales) + first / 32 * 4),
+                Arg::U64(groups),
                 Arg::I32(kind),
             ];
-            be.launch(&be.k.dequant_f32, grid_for(mk), BLOCK, &args);
-            run_gemm(
-                be,
-                &GemmCall {
-                    a: be.ptr(&wide),
-                    ..f32_call
-                },
-            );
+            be.launch(&be.k.dequant_bf16, grid_for(groups), BLOCK, &args);
+            run_gemm(be, &GemmCall { a: wide, ..call });
         }
     }
 }
 
-/// W (bf16 at `w`) times x split into bf16 hi + lo: out = W·hi, out += W·lo.
-fn gemm_split_bf16(be: &Cuda, x: &CudaTensor, w: u64, call: GemmCall) {
-    let nk = (x.rows * x.cols) as u64;
-    let hi = be.scratch::<u16>(nk as usize);
-    let lo = be.scratch::<u16>(nk as usize);
-    let args = [
-        Arg::Ptr(be.ptr(&hi)),
-        Arg::Ptr(be.ptr(&lo)),
-        Arg::Ptr(be.ptr(&x.data)),
-        Arg::U64(nk),
-    ];
-    be.launch(&be.k.split_bf16, grid_for(nk), BLOCK, &args);
-    let bf16 = GemmCall {
-        a: w,
-        ty: cudaDataType::CUDA_R_16BF,
-        compute: cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ..call
-    };
-    run_gemm(
-        be,
-        &GemmCall {
-            b: be.ptr(&hi),
-            beta: 0.0,
-            ..bf16
-        },
-    );
-    run_gemm(
-        be,
-        &GemmCall {
-            b: be.ptr(&lo),
-            beta: 1.0,
-            ..bf16
-        },
-    );
+/// `out = x · Wᵀ` for all of W: x converted to [`XType::of`]`(w)`, then
+/// [`gemm_rows`].
+fn gemm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
+    let (n, m) = (x.rows, w.rows());
+    let scratch = weight_scratch(be, w, m);
+    let scratch = scratch.as_ref();
+    let out = be.ptr(&out.data);
+    match XType::of(w) {
+        XType::F32 => gemm_rows(be, be.ptr(&x.data), n, w, 0, m, out, scratch),
+        XType::Bf16 if be.precision() == Precision::F32 => {
+            // x = hi + lo, both bf16: 16 significand bits of x, f32-level
+            // products at twice the cost (the weights are bf16-exact).
+            let nk = (n * x.cols) as u64;
+            let hi = be.scratch::<u16>(nk as usize);
+            let lo = be.scratch::<u16>(nk as usize);
+            let args = [
+                Arg::Ptr(be.ptr(&hi)),
+                Arg::Ptr(be.ptr(&lo)),
+                Arg::Ptr(be.ptr(&x.data)),
+                Arg::U64(nk),
+            ];
+            be.launch(&be.k.split_bf16, grid_for(nk), BLOCK, &args);
+            gemm_rows(be, be.ptr(&hi), n, w, 0, m, out, scratch);
+            gemm_rows_beta(be, be.ptr(&lo), n, w, 0, m, out, scratch, 1.0);
+        }
+        XType::Bf16 => {
+            let nk = (n * x.cols) as u64;
+            let xb = be.scratch::<u16>(nk as usize);
+            let args = [
+                Arg::Ptr(be.ptr(&xb)),
+                Arg::Ptr(be.ptr(&x.data)),
+                Arg::U64(nk),
+            ];
+            be.launch(&be.k.to_bf16, grid_for(nk.div_ceil(4)), BLOCK, &args);
+            gemm_rows(be, be.ptr(&xb), n, w, 0, m, out, scratch);
+        }
+    }
 }
 
-/// C (f32, m × n, ld m) = 1 · op(A)ᵀ · B + beta · C with A (k × m, ld k) and
-/// B (k × n, ld k) both of type `ty`.
+/// C (f32, m × n, ld m) = op(A)ᵀ · B with A (k × m, ld k) and B (k × n,
+/// ld k) both of type `ty`.
 #[derive(Clone, Copy)]
 struct GemmCall {
     a: u64,
@@ -298,13 +433,14 @@ struct GemmCall {
     c: u64,
     ty: cudaDataType,
     compute: cublasComputeType_t,
-    beta: f32,
     mnk: (i32, i32, i32),
+    /// `C = op(A)ᵀ · B + beta · C`.
+    beta: f32,
 }
 
 fn run_gemm(be: &Cuda, g: &GemmCall) {
     let (m, n, k) = g.mnk;
-    let alpha = 1.0f32;
+    let (alpha, beta) = (1.0f32, g.beta);
     let blas = be.blas.lock().unwrap_or_else(|e| e.into_inner());
     be.ctx
         .bind_to_thread()
@@ -328,7 +464,7 @@ fn run_gemm(be: &Cuda, g: &GemmCall) {
             g.b as *const c_void,
             g.ty,
             k,
-            &g.beta as *const f32 as *const c_void,
+            &beta as *const f32 as *const c_void,
             g.c as *mut c_void,
             cudaDataType::CUDA_R_32F,
             m,

@@ -1,25 +1,33 @@
-//! Mixture-of-experts on the device, with no host round trip: routing
-//! (kernels/moe.cu) writes each token's selected (expert, weight) pairs
-//! sorted by expert; the expert matvecs are GEMV jobs, one per (token,
-//! selected expert), that read the expert index from device memory; the
-//! activation and the weighted sum follow.
+//! Mixture-of-experts on the device: routing (kernels/moe.cu) writes each
+//! token's selected (expert, weight) pairs sorted by expert; the expert
+//! products run in one of two ways; the activation and the weighted sum
+//! follow.
+//!
+//! - Decode (fewer than [`GEMM_MIN_ROWS`] rows, or while a graph is being
+//!   recorded): GEMV jobs, one per (token, selected expert), that read the
+//!   expert index from device memory. No host round trip.
+//! - Prefill (grouped): the selected expert ids are copied to the host (the
+//!   layer's one synchronisation), which lists each expert's (token, slot)
+//!   pairs; each expert's token rows are gathered into one contiguous block
+//!   and its gate_up and down run as cuBLAS GEMMs ([`gemm_rows`]), so each
+//!   expert's weights are read (and, for MXFP4, dequantised to bf16) once
+//!   per layer rather than once per token. Operands are bf16 for bf16 and
+//!   MXFP4 experts (x and the activations rounded once to bf16, f32
+//!   accumulation), as in `linear`'s GEMM path.
 //!
 //! Numerics and order are the CPU's (crates/turbospark-cpu/src/moe.rs):
-//! each expert output includes its down bias before it is weighted, and a
+//! biases are added before the activation and before the weighting, and a
 //! token's weighted outputs are summed from zero in ascending expert index.
-//!
-//! Prefill runs the same per-token jobs, so every job reads its expert's
-//! whole matrices: correct, but a grouped GEMM (tokens gathered per expert)
-//! is the faster path still to write. This module must not synchronise
-//! with the host.
 
 use turbospark_backend::{Experts, MoeParams};
 use turbospark_format::{ExpertAct, Routing};
 
+use cudarc::driver::CudaSlice;
+
 use crate::kernels::{Arg, BLOCK, grid_for};
-use crate::linear::{GemvJob, gemv};
+use crate::linear::{GEMM_MIN_ROWS, GemvJob, XType, gemm_rows, gemv, weight_scratch};
 use crate::weight::CudaWeight;
-use crate::{Cuda, CudaTensor};
+use crate::{Cuda, CudaTensor, Precision};
 
 /// Most experts a token may select (the routing kernel's arrays).
 pub const MAX_TOP_K: usize = 32;
@@ -58,6 +66,10 @@ pub fn moe(
         "moe: down is not [{experts}, {hidden}, {w}]"
     );
     assert!(w > 0, "moe: experts of width 0");
+    assert!(
+        n * top_k <= i32::MAX as usize,
+        "moe: {n} rows × top-{top_k} exceed the kernels' int"
+    );
     if n == 0 || hidden == 0 {
         return;
     }
@@ -84,6 +96,33 @@ pub fn moe(
         ],
     );
 
+    if n >= GEMM_MIN_ROWS && !be.recording() && be.precision() == Precision::Bf16 {
+        grouped(be, x, ex, p, &sel_e, &sel_w, out);
+    } else {
+        per_token(be, x, ex, p, &sel_e, &sel_w, out);
+    }
+}
+
+/// (code, alpha, limit) of the activation kernels' `act` arguments.
+fn act_args(act: ExpertAct) -> (i32, f32, f32) {
+    match act {
+        ExpertAct::SwiGlu => (0, 0.0, 0.0),
+        ExpertAct::ClampedSwiGlu { alpha, limit } => (1, alpha, limit),
+    }
+}
+
+/// Decode: one GEMV job per (token, selected expert).
+fn per_token(
+    be: &Cuda,
+    x: &CudaTensor,
+    ex: &Experts<'_, CudaWeight>,
+    p: &MoeParams,
+    sel_e: &CudaSlice<i32>,
+    sel_w: &CudaSlice<f32>,
+    out: &mut CudaTensor,
+) {
+    let (n, hidden, w, top_k) = (x.rows, x.cols, p.width, p.top_k);
+    let jobs = n * top_k;
     let gu = be.scratch::<f32>(jobs * 2 * w);
     gemv(
         be,
@@ -92,7 +131,7 @@ pub fn moe(
         &GemvJob {
             out: be.ptr(&gu),
             x: be.ptr(&x.data),
-            experts: be.ptr(&sel_e),
+            experts: be.ptr(sel_e),
             jobs: jobs as u32,
             nx: 1,
             x_div: top_k as u32,
@@ -102,10 +141,7 @@ pub fn moe(
     );
 
     let act = be.scratch::<f32>(jobs * w);
-    let (code, alpha, limit) = match p.act {
-        ExpertAct::SwiGlu => (0, 0.0, 0.0),
-        ExpertAct::ClampedSwiGlu { alpha, limit } => (1, alpha, limit),
-    };
+    let (code, alpha, limit) = act_args(p.act);
     let n_act = (jobs * w) as u64;
     be.launch(
         &be.k.moe_act,
@@ -130,7 +166,7 @@ pub fn moe(
         &GemvJob {
             out: be.ptr(&y),
             x: be.ptr(&act),
-            experts: be.ptr(&sel_e),
+            experts: be.ptr(sel_e),
             jobs: jobs as u32,
             nx: 1,
             x_div: 1,
@@ -147,10 +183,208 @@ pub fn moe(
         &[
             Arg::Ptr(be.ptr(&out.data)),
             Arg::Ptr(be.ptr(&y)),
-            Arg::Ptr(be.ptr(&sel_w)),
+            Arg::Ptr(be.ptr(sel_w)),
             Arg::U32(n as u32),
             Arg::U32(top_k as u32),
             Arg::U32(hidden as u32),
         ],
     );
+}
+
+/// The grouped path's layout: rows of the gathered blocks ordered by expert
+/// (ascending), within an expert by slot (token-major), so each expert's
+/// rows are contiguous.
+#[derive(Debug, PartialEq)]
+struct Plan {
+    /// Per expert: (first row, rows).
+    spans: Vec<(usize, usize)>,
+    /// Rows in all (selections of an expert in range).
+    rows: usize,
+    /// The kernels' index arrays, one upload: `row_token` (rows), then
+    /// `row_expert` (rows), then `slot_row` (one per slot, −1 for an expert
+    /// index out of range, which NaN logits can produce).
+    index: Vec<i32>,
+}
+
+/// Lays out the slots `sel` (token t's k selected experts at t·k ..).
+fn plan(sel: &[i32], top_k: usize, experts: usize) -> Plan {
+    let valid = |e: i32| (0..experts as i32).contains(&e);
+    let mut count = vec![0usize; experts];
+    for &e in sel.iter().filter(|&&e| valid(e)) {
+        count[e as usize] += 1;
+    }
+    let mut spans = Vec::with_capacity(experts);
+    let mut rows = 0;
+    for &c in &count {
+        spans.push((rows, c));
+        rows += c;
+    }
+    let mut index = vec![0i32; 2 * rows + sel.len()];
+    let (row_token, rest) = index.split_at_mut(rows);
+    let (row_expert, slot_row) = rest.split_at_mut(rows);
+    let mut next: Vec<usize> = spans.iter().map(|s| s.0).collect();
+    for (s, &e) in sel.iter().enumerate() {
+        slot_row[s] = if valid(e) {
+            let r = next[e as usize];
+            next[e as usize] += 1;
+            row_token[r] = (s / top_k) as i32;
+            row_expert[r] = e;
+            r as i32
+        } else {
+            -1
+        };
+    }
+    Plan { spans, rows, index }
+}
+
+/// Prefill: tokens grouped by expert, one GEMM per expert and matrix.
+fn grouped(
+    be: &Cuda,
+    x: &CudaTensor,
+    ex: &Experts<'_, CudaWeight>,
+    p: &MoeParams,
+    sel_e: &CudaSlice<i32>,
+    sel_w: &CudaSlice<f32>,
+    out: &mut CudaTensor,
+) {
+    let (n, hidden, w, top_k) = (x.rows, x.cols, p.width, p.top_k);
+    // The layer's one host round trip (the copy to pageable memory returns
+    // when it is done): the expert ids size the GEMMs.
+    let sel = be
+        .stream
+        .clone_dtoh(sel_e)
+        .unwrap_or_else(|e| panic!("CUDA: copying the expert selection: {e}"));
+    let plan = plan(&sel, top_k, p.num_experts);
+    let rows = plan.rows;
+    let index = be.upload_slice(&plan.index);
+    let row_token = be.ptr(&index);
+    let row_expert = row_token + 4 * rows as u64;
+    let slot_row = row_expert + 4 * rows as u64;
+    let bias = |b: Option<&CudaWeight>| b.map_or((0, 0), |b| b.dense_ptr(be, "moe bias"));
+
+    // gate_up: x rows gathered per expert, in the GEMM's operand type.
+    let xt = XType::of(ex.gate_up);
+    let xe = be.scratch::<u8>(rows * hidden * xt.size());
+    let n_x = (rows * hidden) as u64;
+    be.launch(
+        &be.k.moe_gather,
+        grid_for(n_x),
+        BLOCK,
+        &[
+            Arg::Ptr(be.ptr(&xe)),
+            Arg::Ptr(be.ptr(&x.data)),
+            Arg::Ptr(row_token),
+            Arg::U32(rows as u32),
+            Arg::U32(hidden as u32),
+            Arg::I32((xt == XType::Bf16) as i32),
+        ],
+    );
+    let gu = be.scratch::<f32>(rows * 2 * w);
+    let scratch = weight_scratch(be, ex.gate_up, 2 * w);
+    for (e, &(r0, count)) in plan.spans.iter().enumerate() {
+        if count > 0 {
+            gemm_rows(
+                be,
+                be.ptr(&xe) + (r0 * hidden * xt.size()) as u64,
+                count,
+                ex.gate_up,
+                e * 2 * w,
+                2 * w,
+                be.ptr(&gu) + (r0 * 2 * w * 4) as u64,
+                scratch.as_ref(),
+            );
+        }
+    }
+    // Freed in stream order: the down projection's scratch can reuse it.
+    drop(scratch);
+
+    // Bias + activation, written in the down GEMM's operand type.
+    let at = XType::of(ex.down);
+    let act = be.scratch::<u8>(rows * w * at.size());
+    let (code, alpha, limit) = act_args(p.act);
+    let (gub, gub_dt) = bias(ex.gate_up_bias);
+    let n_act = (rows * w) as u64;
+    be.launch(
+        &be.k.moe_act_rows,
+        grid_for(n_act),
+        BLOCK,
+        &[
+            Arg::Ptr(be.ptr(&act)),
+            Arg::Ptr(be.ptr(&gu)),
+            Arg::Ptr(row_expert),
+            Arg::Ptr(gub),
+            Arg::I32(gub_dt),
+            Arg::U32(rows as u32),
+            Arg::U32(w as u32),
+            Arg::I32(code),
+            Arg::F32(alpha),
+            Arg::F32(limit),
+            Arg::I32((at == XType::Bf16) as i32),
+        ],
+    );
+
+    let y = be.scratch::<f32>(rows * hidden);
+    let scratch = weight_scratch(be, ex.down, hidden);
+    for (e, &(r0, count)) in plan.spans.iter().enumerate() {
+        if count > 0 {
+            gemm_rows(
+                be,
+                be.ptr(&act) + (r0 * w * at.size()) as u64,
+                count,
+                ex.down,
+                e * hidden,
+                hidden,
+                be.ptr(&y) + (r0 * hidden * 4) as u64,
+                scratch.as_ref(),
+            );
+        }
+    }
+
+    // Down bias, weighting and the sum in ascending expert order.
+    let (db, db_dt) = bias(ex.down_bias);
+    let n_out = (n * hidden) as u64;
+    be.launch(
+        &be.k.moe_combine_rows,
+        grid_for(n_out),
+        BLOCK,
+        &[
+            Arg::Ptr(be.ptr(&out.data)),
+            Arg::Ptr(be.ptr(&y)),
+            Arg::Ptr(slot_row),
+            Arg::Ptr(be.ptr(sel_e)),
+            Arg::Ptr(be.ptr(sel_w)),
+            Arg::Ptr(db),
+            Arg::I32(db_dt),
+            Arg::U32(n as u32),
+            Arg::U32(top_k as u32),
+            Arg::U32(hidden as u32),
+        ],
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_groups_slots_by_expert_in_token_order() {
+        // 3 tokens, top-2, 4 experts; expert 2 unused, one bad id (NaN logits).
+        let sel = [0, 3, 1, 3, 0, -1];
+        let p = plan(&sel, 2, 4);
+        assert_eq!(p.spans, vec![(0, 2), (2, 1), (3, 0), (3, 2)]);
+        assert_eq!(p.rows, 5);
+        let (row_token, rest) = p.index.split_at(5);
+        let (row_expert, slot_row) = rest.split_at(5);
+        assert_eq!(row_token, [0, 2, 1, 0, 1]);
+        assert_eq!(row_expert, [0, 0, 1, 3, 3]);
+        assert_eq!(slot_row, [0, 3, 2, 4, 1, -1]);
+    }
+
+    #[test]
+    fn plan_of_nothing_valid_is_empty() {
+        let p = plan(&[-1, 7], 1, 4);
+        assert_eq!(p.rows, 0);
+        assert_eq!(p.spans, vec![(0, 0); 4]);
+        assert_eq!(p.index, vec![-1, -1]);
+    }
 }

@@ -9,13 +9,14 @@ use turbospark_format::Activation;
 
 use crate::kernels::{Arg, BLOCK, RopeFreqs, grid_for};
 use crate::weight::CudaWeight;
-use crate::{Cuda, CudaTensor};
+use crate::{Cuda, CudaBatch, CudaTensor};
 
 fn len(t: &CudaTensor) -> u64 {
     (t.rows * t.cols) as u64
 }
 
-pub fn embed(be: &Cuda, table: &CudaWeight, tokens: &[u32], out: &mut CudaTensor) {
+pub fn embed(be: &Cuda, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) {
+    let tokens = &batch.host_tokens;
     let d = table.cols();
     assert_eq!(
         (out.rows, out.cols),
@@ -29,7 +30,6 @@ pub fn embed(be: &Cuda, table: &CudaWeight, tokens: &[u32], out: &mut CudaTensor
         return;
     }
     let (w, dt) = table.dense_ptr(be, "embed");
-    let toks = be.upload_slice(tokens);
     be.launch(
         &be.k.embed,
         grid_for(len(out)),
@@ -38,7 +38,7 @@ pub fn embed(be: &Cuda, table: &CudaWeight, tokens: &[u32], out: &mut CudaTensor
             Arg::Ptr(be.ptr(&out.data)),
             Arg::Ptr(w),
             Arg::I32(dt),
-            Arg::Ptr(be.ptr(&toks)),
+            Arg::Ptr(be.ptr(&batch.tokens)),
             Arg::U32(tokens.len() as u32),
             Arg::U32(d as u32),
         ],
@@ -46,6 +46,35 @@ pub fn embed(be: &Cuda, table: &CudaWeight, tokens: &[u32], out: &mut CudaTensor
 }
 
 pub fn rms_norm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, eps: f32, out: &mut CudaTensor) {
+    norm(be, None, x, w, eps, out);
+}
+
+/// `x += y; out = rms_norm(x)` in one kernel.
+pub fn add_rms_norm(
+    be: &Cuda,
+    x: &mut CudaTensor,
+    y: &CudaTensor,
+    w: &CudaWeight,
+    eps: f32,
+    out: &mut CudaTensor,
+) {
+    assert_eq!(
+        (x.rows, x.cols),
+        (y.rows, y.cols),
+        "add_rms_norm: shapes differ"
+    );
+    norm(be, Some(y), x, w, eps, out);
+}
+
+/// RMSNorm of x's groups of `w.len()`, after adding `y` into x if given.
+fn norm(
+    be: &Cuda,
+    y: Option<&CudaTensor>,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    eps: f32,
+    out: &mut CudaTensor,
+) {
     let d = w.numel();
     assert_eq!(
         (x.rows, x.cols),
@@ -62,25 +91,24 @@ pub fn rms_norm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, eps: f32, out: &mut C
         return;
     }
     let (wp, dt) = w.dense_ptr(be, "rms_norm");
-    // A warp for a head-sized group, more threads for a hidden-sized one.
-    let threads = match d {
-        0..=256 => 32,
-        257..=1024 => 128,
-        _ => 256,
+    // About four values a thread: a warp for a head-sized group, up to
+    // 1024 threads for a hidden-sized one.
+    let threads = (d.div_ceil(4).next_multiple_of(32)).clamp(32, 1024) as u32;
+    let mut args = vec![Arg::Ptr(be.ptr(&out.data)), Arg::Ptr(be.ptr(&x.data))];
+    let f = match y {
+        Some(y) => {
+            args.push(Arg::Ptr(be.ptr(&y.data)));
+            &be.k.add_rms_norm
+        }
+        None => &be.k.rms_norm,
     };
-    be.launch(
-        &be.k.rms_norm,
-        (groups as u32, 1, 1),
-        threads,
-        &[
-            Arg::Ptr(be.ptr(&out.data)),
-            Arg::Ptr(be.ptr(&x.data)),
-            Arg::Ptr(wp),
-            Arg::I32(dt),
-            Arg::U32(d as u32),
-            Arg::F32(eps),
-        ],
-    );
+    args.extend([
+        Arg::Ptr(wp),
+        Arg::I32(dt),
+        Arg::U32(d as u32),
+        Arg::F32(eps),
+    ]);
+    be.launch(f, (groups as u32, 1, 1), threads, &args);
 }
 
 pub fn add(be: &Cuda, x: &mut CudaTensor, y: &CudaTensor) {
@@ -173,8 +201,8 @@ pub fn add_bias(be: &Cuda, out: &mut CudaTensor, bias: &CudaWeight) {
     );
 }
 
-pub fn rope(be: &Cuda, x: &mut CudaTensor, head_dim: usize, positions: &[u32], rope: &RopeTable) {
-    assert_eq!(positions.len(), x.rows, "rope: one position per row");
+pub fn rope(be: &Cuda, x: &mut CudaTensor, head_dim: usize, batch: &CudaBatch, rope: &RopeTable) {
+    assert_eq!(batch.rows(), x.rows, "rope: one position per row");
     // Pairs beyond the table stay as they are, as on the CPU.
     let pairs = rope.inv_freq.len().min(head_dim / 2);
     let mut freqs = Box::new(RopeFreqs([0.0; 256]));
@@ -188,14 +216,13 @@ pub fn rope(be: &Cuda, x: &mut CudaTensor, head_dim: usize, positions: &[u32], r
     if n == 0 {
         return;
     }
-    let pos = be.upload_slice(positions);
     be.launch(
         &be.k.rope,
         grid_for(n),
         BLOCK,
         &[
             Arg::Ptr(be.ptr(&x.data)),
-            Arg::Ptr(be.ptr(&pos)),
+            Arg::Ptr(be.ptr(&batch.positions)),
             Arg::Freqs(freqs),
             Arg::F32(rope.attention_factor),
             Arg::U32(x.rows as u32),

@@ -2,27 +2,66 @@
 //! `tools/reference/make_fixtures.py`) run on the GPU and compared with
 //! transformers' own float32 logits, as the CPU harness does.
 //!
-//! Tolerance: argmax equal at ≥ 99% of positions, and max |Δlogit| / std of
-//! the reference logits ≤ 2e-2 at every position (a bf16-level bound; the
-//! f32 paths and the split-bf16 GEMM are expected to land near the CPU's
-//! 1e-3). The greedy continuation is reported, not asserted. Each fixture
-//! runs with one prefill chunk and with chunks of 3 (which wraps the
-//! sliding-window rings). Without a CUDA device the test prints "skipped:
-//! no CUDA device" and passes.
+//! Both operand precisions of the prefill paths are checked
+//! (`turbospark_cuda::Precision`), each with one prefill chunk and with
+//! chunks of 3 (which wraps the sliding-window rings and runs the prompt
+//! through the decode kernels):
+//! - `F32`: max |Δlogit| / std of the reference logits ≤ 1e-3 at every
+//!   position and argmax equal at ≥ 99% of positions (the CPU harness's
+//!   bound).
+//! - `Bf16` (the default: activations rounded to bf16 for the prefill
+//!   GEMMs and flash attention): that measure ≤ 3e-2 at the median
+//!   position and ≤ 1e-1 at the 90th percentile, argmax equal at ≥ 97% of
+//!   positions. A bf16 product carries ~2⁻⁹ relative error, so typical
+//!   positions land near 1e-2; on the tiny random MoE fixtures a bf16
+//!   rounding can flip a near-tied expert choice, which moves that one
+//!   position by O(1) and can move an argmax (measured: 2 of 80 positions
+//!   on gpt-oss-mxfp4), hence percentiles instead of the maximum.
+//!
+//! The greedy continuation is reported, not asserted. Without a CUDA
+//! device the test prints "skipped: no CUDA device" and passes.
 //!
 //! The fixtures are read from `$TURBOSPARK_FIXTURES` when set (a copied test
 //! binary on another machine), else from the repository's `tests/fixtures`;
 //! the measurement is `turbospark-testkit`'s, shared with the CPU tests.
 
-use turbospark_cuda::Cuda;
-use turbospark_testkit::{all_fixtures, compare_fixture};
+use turbospark_backend::argmax;
+use turbospark_cuda::{Cuda, Precision};
+use turbospark_models::{LoadOptions, Session, load_model_with, read_spec};
+use turbospark_testkit::{all_fixtures, compare_fixture, reference};
 
-const MAX_REL_ERR: f32 = 2e-2;
-const MIN_ARGMAX_AGREEMENT: f64 = 0.99;
+/// A precision's bounds (see the module documentation).
+struct Bounds {
+    median: f32,
+    p90: f32,
+    worst: f32,
+    argmax: f64,
+}
+
+const F32_BOUNDS: Bounds = Bounds {
+    median: 1e-3,
+    p90: 1e-3,
+    worst: 1e-3,
+    argmax: 0.99,
+};
+
+const BF16_BOUNDS: Bounds = Bounds {
+    median: 3e-2,
+    p90: 1e-1,
+    worst: f32::INFINITY,
+    argmax: 0.97,
+};
+
+/// The value at quantile `q` of `v` (nearest rank).
+fn quantile(v: &[f32], q: f64) -> f32 {
+    let mut s = v.to_vec();
+    s.sort_by(f32::total_cmp);
+    s[((s.len() - 1) as f64 * q).round() as usize]
+}
 
 #[test]
 fn every_fixture_matches_transformers_on_the_gpu() {
-    let be = match Cuda::new() {
+    let mut be = match Cuda::new() {
         Ok(be) => be,
         Err(e) => {
             println!("skipped: no CUDA device ({e})");
@@ -33,24 +72,77 @@ fn every_fixture_matches_transformers_on_the_gpu() {
     let mut failures = Vec::new();
     let dirs = all_fixtures();
     assert!(!dirs.is_empty(), "no fixtures found");
-    for dir in dirs {
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        for chunk in [512, 3] {
-            let c = compare_fixture(&be, &dir, chunk);
-            let err = c.worst_rel_err;
-            let agree = 1.0 - c.argmax_mismatches as f64 / c.positions as f64;
-            let greedy = c.greedy == c.greedy_reference;
-            println!(
-                "{name:>16} chunk {chunk:>3}: max|Δ|/std {err:.2e}, argmax {:.1}%, greedy {}",
-                agree * 100.0,
-                if greedy { "equal" } else { "DIFFERS" }
-            );
-            if !(err <= MAX_REL_ERR && agree >= MIN_ARGMAX_AGREEMENT) {
-                failures.push(format!(
-                    "{name} (chunk {chunk}): max|Δ|/std {err}, argmax {agree}"
-                ));
+    for (precision, b) in [(Precision::F32, F32_BOUNDS), (Precision::Bf16, BF16_BOUNDS)] {
+        be.set_precision(precision);
+        for dir in &dirs {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            for chunk in [512, 3] {
+                let c = compare_fixture(&be, dir, chunk);
+                let (median, p90) = (quantile(&c.rel_errs, 0.5), quantile(&c.rel_errs, 0.9));
+                let err = c.worst_rel_err;
+                let agree = 1.0 - c.argmax_mismatches as f64 / c.positions as f64;
+                let greedy = c.greedy == c.greedy_reference;
+                println!(
+                    "{precision:?} {name:>16} chunk {chunk:>3}: max|Δ|/std median {median:.2e} p90 {p90:.2e} max {err:.2e}, argmax {:.1}%, greedy {}",
+                    agree * 100.0,
+                    if greedy { "equal" } else { "DIFFERS" }
+                );
+                let ok = median <= b.median && p90 <= b.p90 && err <= b.worst && agree >= b.argmax;
+                if !ok {
+                    failures.push(format!(
+                        "{precision:?} {name} (chunk {chunk}): median {median}, p90 {p90}, max {err}, argmax {agree}"
+                    ));
+                }
             }
         }
     }
     assert!(failures.is_empty(), "outside tolerance: {failures:#?}");
+}
+
+/// A decode step replayed from its recording (the default) gives the logits
+/// of the same step run operation by operation (`set_eager`), on every
+/// fixture, for 12 greedy steps after the prompt: the recording sizes
+/// attention for the whole ring, so only the split of the key range (the
+/// summation order) may differ. Tolerance 1e-4 of the logits' std.
+#[test]
+fn recorded_decode_equals_eager_decode() {
+    let Ok(be) = Cuda::new() else {
+        println!("skipped: no CUDA device");
+        return;
+    };
+    for dir in all_fixtures() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let r = reference(&dir);
+        let spec = read_spec(&dir).unwrap();
+        let model = load_model_with(&be, &dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+        let ctx = r.tokens.len() + 16;
+        let mut recorded = Session::new(&be, model.as_ref(), ctx, 512);
+        let mut eager = Session::new(&be, model.as_ref(), ctx, 512);
+        eager.set_eager(true);
+        let mut a = recorded.feed(&r.tokens, false).unwrap();
+        let mut b = eager.feed(&r.tokens, false).unwrap();
+        for step in 0..12 {
+            let next = argmax(&b);
+            assert_eq!(argmax(&a), next, "{name}: step {step} chose differently");
+            a = recorded.feed(&[next], false).unwrap();
+            b = eager.feed(&[next], false).unwrap();
+            assert!(
+                recorded.decode_recorded(),
+                "{name}: the decode step was not recorded"
+            );
+            assert!(!eager.decode_recorded());
+            let mean = b.iter().sum::<f32>() / b.len() as f32;
+            let std = (b.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / b.len() as f32).sqrt();
+            let err = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                err <= 1e-4 * std,
+                "{name}: step {step}: recorded vs eager max|Δ| {err} (std {std})"
+            );
+        }
+        println!("{name:>16}: 12 recorded decode steps equal the eager ones");
+    }
 }

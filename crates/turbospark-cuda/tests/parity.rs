@@ -2,26 +2,40 @@
 //! (`turbospark_cpu::Cpu`) on random inputs of several shapes, odd sizes
 //! included. Both backends get the same weight bytes (bf16 weights are the
 //! same bf16 values on both), so differences come from summation order and
-//! libm ulps only.
+//! libm ulps, and on the bf16 GEMM paths from rounding operands to bf16.
 //!
 //! Tolerances, as max |Δ| / rms(reference) over each output:
 //! - copies (embed, row, add, scale, KV store contents): exact;
-//! - f32 paths (norm, activations, RoPE, GEMV, attention, MoE): 1e-4;
-//! - cuBLAS paths of `linear` (≥ 4 rows): 1e-3. bf16 weights multiply x
-//!   split into bf16 hi + lo (16 significand bits of x, ~1e-5 expected);
-//!   f32/f16/int8/int4 weights run an f32 GEMM. The margin covers tensor-core
-//!   accumulation order.
+//! - f32 paths (norm, activations, RoPE, GEMV, attention, MoE decode): 1e-4;
+//! - f32 GEMMs of `linear` (≥ 4 rows, f32 and f16 weights): 1e-3, covering
+//!   cuBLAS's accumulation order;
+//! - bf16 GEMMs of `linear` (≥ 4 rows; bf16, MXFP4, int8, int4 weights):
+//!   2e-2. x is rounded to bf16 (unit roundoff u = 2⁻⁸; int8/int4 weights
+//!   too), an independent relative error of rms ≈ u/√6 ≈ 1.6e-3 per
+//!   product, so each output is off by ≈ 1.6e-3 (2.3e-3 with rounded
+//!   weights) of the rms and the largest of 10⁴ outputs by ≈ 4.5 times
+//!   that, ~1e-2. MXFP4's heavy-tailed values push it further: a host
+//!   simulation of these shapes measured at most 1.6e-2 over 400 draws.
+//!   Structural faults (a missing bias, a wrong row) are ≥ 0.1;
+//! - the grouped MoE path (≥ 4 rows): 5e-2. x and the activations are each
+//!   rounded to bf16 and the activation multiplies two rounded products,
+//!   so errors are about twice the single GEMM's; simulated at most 3e-2
+//!   over 4800 draws of these shapes, while a missing bias or a wrong
+//!   expert gives ≥ 0.4.
 //!
 //! Without a CUDA device each test prints "skipped: no CUDA device" and
 //! passes.
 
 use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, RopeTable};
 use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
+use turbospark_cuda::linear::XType;
 use turbospark_cuda::{Cuda, CudaTensor, CudaWeight};
 use turbospark_format::{Activation, AttnSpan, DType, ExpertAct, HostTensor, Routing};
 
 const F32_TOL: f32 = 1e-4;
-const GEMM_TOL: f32 = 1e-3;
+const GEMM_F32_TOL: f32 = 1e-3;
+const GEMM_BF16_TOL: f32 = 2e-2;
+const MOE_GROUPED_TOL: f32 = 5e-2;
 
 fn gpu() -> Option<Cuda> {
     match Cuda::new() {
@@ -84,6 +98,18 @@ fn weight(g: &Cuda, values: &[f32], shape: &[usize], dtype: DType) -> (CpuWeight
 }
 
 fn mxfp4(g: &Cuda, rng: &mut Rng, lead: &[usize], cols: usize) -> (CpuWeight, CudaWeight) {
+    // Scales 2^−6 ..= 2^1: values of a realistic magnitude.
+    mxfp4_scaled(g, rng, lead, cols, 121..=128)
+}
+
+/// An MXFP4 weight with random codes and E8M0 scale bytes in `scales`.
+fn mxfp4_scaled(
+    g: &Cuda,
+    rng: &mut Rng,
+    lead: &[usize],
+    cols: usize,
+    scales: std::ops::RangeInclusive<u8>,
+) -> (CpuWeight, CudaWeight) {
     let groups = cols / 32;
     let mut bshape = lead.to_vec();
     bshape.extend([groups, 16]);
@@ -91,8 +117,10 @@ fn mxfp4(g: &Cuda, rng: &mut Rng, lead: &[usize], cols: usize) -> (CpuWeight, Cu
     sshape.push(groups);
     let n: usize = sshape.iter().product();
     let blocks: Vec<u8> = (0..n * 16).map(|_| rng.next() as u8).collect();
-    // Scales 2^−6 ..= 2^1: values of a realistic magnitude.
-    let scales: Vec<u8> = (0..n).map(|_| 121 + rng.below(8) as u8).collect();
+    let span = (scales.end() - scales.start()) as u64 + 1;
+    let scales: Vec<u8> = (0..n)
+        .map(|_| scales.start() + rng.below(span) as u8)
+        .collect();
     let b = HostTensor {
         name: "blocks",
         dtype: DType::U8,
@@ -253,8 +281,9 @@ fn embed_every_dtype() {
                 .collect();
             let mut c = Cpu.tensor(tokens.len(), d);
             let mut o = g.tensor(tokens.len(), d);
-            Cpu.embed(&ct, &tokens, &mut c);
-            g.embed(&gt, &tokens, &mut o);
+            let zeros = vec![0; tokens.len()];
+            Cpu.embed(&ct, &Cpu.batch(&tokens, &zeros), &mut c);
+            g.embed(&gt, &g.batch(&tokens, &zeros), &mut o);
             check(&format!("embed {dtype:?} d={d}"), &g, &o, &c, 0.0);
         }
     }
@@ -281,6 +310,33 @@ fn rms_norm_over_rows_and_heads() {
                     F32_TOL,
                 );
             }
+        }
+    }
+}
+
+/// The residual add fused with the norm: x += y is stored, and the norm is
+/// of the sum. Widths cover the kernel's held values (d ≤ 8 · threads) and
+/// the re-read beyond them (d = 12288 with 1024 threads).
+#[test]
+fn add_rms_norm_adds_and_normalises() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(23);
+    for d in [7, 64, 2880, 4096, 12288] {
+        for rows in [1, 5] {
+            let (cw, gw) = weight(&g, &rng.vec(d, 2.0), &[d], DType::BF16);
+            let (mut cx, mut gx) = tensors(&g, &rng.vec(rows * d, 3.0), rows, d);
+            let (cy, gy) = tensors(&g, &rng.vec(rows * d, 3.0), rows, d);
+            let (mut c, mut o) = (Cpu.tensor(rows, d), g.tensor(rows, d));
+            Cpu.add_rms_norm(&mut cx, &cy, &cw, 1e-5, &mut c);
+            g.add_rms_norm(&mut gx, &gy, &gw, 1e-5, &mut o);
+            check(
+                &format!("add_rms_norm sum [{rows}, {d}]"),
+                &g,
+                &gx,
+                &cx,
+                F32_TOL,
+            );
+            check(&format!("add_rms_norm [{rows}, {d}]"), &g, &o, &c, F32_TOL);
         }
     }
 }
@@ -329,8 +385,9 @@ fn rope_on_every_head_at_far_positions() {
             let cols = heads * head_dim;
             let data = rng.vec(positions.len() * cols, 2.0);
             let (mut c, mut o) = tensors(&g, &data, positions.len(), cols);
-            Cpu.rope(&mut c, head_dim, &positions, &rope);
-            g.rope(&mut o, head_dim, &positions, &rope);
+            let tokens = [0; 6];
+            Cpu.rope(&mut c, head_dim, &Cpu.batch(&tokens, &positions), &rope);
+            g.rope(&mut o, head_dim, &g.batch(&tokens, &positions), &rope);
             check(
                 &format!("rope hd={head_dim} factor={factor}"),
                 &g,
@@ -357,7 +414,11 @@ fn linear_case(
     let (mut c, mut o) = (Cpu.tensor(n, m), g.tensor(n, m));
     Cpu.linear(&cx, &w.0, b.as_ref().map(|b| &b.0), &mut c);
     g.linear(&gx, &w.1, b.as_ref().map(|b| &b.1), &mut o);
-    let tol = if n < 4 { F32_TOL } else { GEMM_TOL };
+    let tol = match (n < 4, XType::of(&w.1)) {
+        (true, _) => F32_TOL,
+        (false, XType::F32) => GEMM_F32_TOL,
+        (false, XType::Bf16) => GEMM_BF16_TOL,
+    };
     check(
         &format!("linear {what} n={n} k={k} m={m} bias={bias:?}"),
         g,
@@ -421,8 +482,9 @@ fn kv_store_follows_the_ring() {
         let n = positions.len();
         let (ck, gk) = tensors(&g, &rng.vec(n * 16, 1.0), n, 16);
         let (cv, gv) = tensors(&g, &rng.vec(n * 16, 1.0), n, 16);
-        Cpu.kv_write(&mut ckv, &ck, &cv, &positions);
-        g.kv_write(&mut gkv, &gk, &gv, &positions);
+        let tokens = vec![0; n];
+        Cpu.kv_write(&mut ckv, &ck, &cv, &Cpu.batch(&tokens, &positions));
+        g.kv_write(&mut gkv, &gk, &gv, &g.batch(&tokens, &positions));
         let (k, v, pos) = gkv.to_host(&g);
         assert_eq!(pos, ckv.slot_pos, "slot positions after {positions:?}");
         assert_eq!(k, ckv.k, "keys after {positions:?}");
@@ -451,12 +513,14 @@ fn attention_run(
         pos += n as u32;
         let (ck, gk) = tensors(g, &rng.vec(n * kv_dim, 1.0), n, kv_dim);
         let (cv, gv) = tensors(g, &rng.vec(n * kv_dim, 1.0), n, kv_dim);
-        Cpu.kv_write(&mut ckv, &ck, &cv, &positions);
-        g.kv_write(&mut gkv, &gk, &gv, &positions);
+        let tokens = vec![0; n];
+        let (cb, gb) = (Cpu.batch(&tokens, &positions), g.batch(&tokens, &positions));
+        Cpu.kv_write(&mut ckv, &ck, &cv, &cb);
+        g.kv_write(&mut gkv, &gk, &gv, &gb);
         let (cq, gq) = tensors(g, &rng.vec(n * q_dim, 1.0), n, q_dim);
         let (mut c, mut o) = (Cpu.tensor(n, q_dim), g.tensor(n, q_dim));
-        Cpu.attention(&cq, &ckv, &positions, &p, s.as_ref().map(|s| &s.0), &mut c);
-        g.attention(&gq, &gkv, &positions, &p, s.as_ref().map(|s| &s.1), &mut o);
+        Cpu.attention(&cq, &ckv, &cb, &p, s.as_ref().map(|s| &s.0), &mut c);
+        g.attention(&gq, &gkv, &gb, &p, s.as_ref().map(|s| &s.1), &mut o);
         let what = format!("attention {p:?} capacity {capacity} at {positions:?} sinks {sinks:?}");
         check(&what, g, &o, &c, F32_TOL);
     }
@@ -514,6 +578,114 @@ fn attention_full_sliding_gqa_sinks_softcap() {
     attention_run(&g, &mut rng, wide, 100, &[50, 1, 1], Some(DType::F32));
 }
 
+/// One layer's experts `[experts, 2·width, hidden]` / `[experts, hidden,
+/// width]` on both backends, with a bf16 gate_up bias and an f32 down bias
+/// when `biases`. MXFP4 experts get scales 2^−5 ..= 2^−4: outputs of a
+/// magnitude at which the biases matter, and no 2^7 spread of row scales
+/// (which would inflate the bf16 paths' max |Δ| / rms; see the header).
+struct ExpertSet {
+    gate_up: (CpuWeight, CudaWeight),
+    down: (CpuWeight, CudaWeight),
+    gate_up_bias: Option<(CpuWeight, CudaWeight)>,
+    down_bias: Option<(CpuWeight, CudaWeight)>,
+}
+
+impl ExpertSet {
+    fn new(g: &Cuda, rng: &mut Rng, mx: bool, shape: [usize; 3], biases: bool) -> Self {
+        let [experts, hidden, width] = shape;
+        let (gate_up, down) = if mx {
+            (
+                mxfp4_scaled(g, rng, &[experts, 2 * width], hidden, 122..=123),
+                mxfp4_scaled(g, rng, &[experts, hidden], width, 122..=123),
+            )
+        } else {
+            (
+                weight(
+                    g,
+                    &rng.vec(experts * 2 * width * hidden, 0.3),
+                    &[experts, 2 * width, hidden],
+                    DType::BF16,
+                ),
+                weight(
+                    g,
+                    &rng.vec(experts * hidden * width, 0.3),
+                    &[experts, hidden, width],
+                    DType::BF16,
+                ),
+            )
+        };
+        let gate_up_bias = biases.then(|| {
+            weight(
+                g,
+                &rng.vec(experts * 2 * width, 0.5),
+                &[experts, 2 * width],
+                DType::BF16,
+            )
+        });
+        let down_bias = biases.then(|| {
+            weight(
+                g,
+                &rng.vec(experts * hidden, 0.5),
+                &[experts, hidden],
+                DType::F32,
+            )
+        });
+        ExpertSet {
+            gate_up,
+            down,
+            gate_up_bias,
+            down_bias,
+        }
+    }
+
+    fn cpu(&self) -> Experts<'_, CpuWeight> {
+        Experts {
+            gate_up: &self.gate_up.0,
+            gate_up_bias: self.gate_up_bias.as_ref().map(|b| &b.0),
+            down: &self.down.0,
+            down_bias: self.down_bias.as_ref().map(|b| &b.0),
+        }
+    }
+
+    fn gpu(&self) -> Experts<'_, CudaWeight> {
+        Experts {
+            gate_up: &self.gate_up.1,
+            gate_up_bias: self.gate_up_bias.as_ref().map(|b| &b.1),
+            down: &self.down.1,
+            down_bias: self.down_bias.as_ref().map(|b| &b.1),
+        }
+    }
+}
+
+/// One `moe` call on both backends with random x and router logits; the
+/// experts in `never` get logits far below every other, so no row selects
+/// them. Fewer than 4 rows run the per-token GEMV jobs (f32 tolerance),
+/// more the grouped bf16 GEMMs.
+fn moe_case(
+    g: &Cuda,
+    rng: &mut Rng,
+    set: &ExpertSet,
+    p: &MoeParams,
+    rows: usize,
+    never: &[usize],
+    what: &str,
+) {
+    let (experts, hidden) = (p.num_experts, set.gate_up.0.cols());
+    let mut logits = rng.vec(rows * experts, 3.0);
+    for r in 0..rows {
+        for &e in never {
+            logits[r * experts + e] = -30.0;
+        }
+    }
+    let (cx, gx) = tensors(g, &rng.vec(rows * hidden, 1.0), rows, hidden);
+    let (cl, gl) = tensors(g, &logits, rows, experts);
+    let (mut c, mut o) = (Cpu.tensor(rows, hidden), g.tensor(rows, hidden));
+    Cpu.moe(&cx, &cl, &set.cpu(), p, &mut c);
+    g.moe(&gx, &gl, &set.gpu(), p, &mut o);
+    let tol = if rows < 4 { F32_TOL } else { MOE_GROUPED_TOL };
+    check(&format!("moe {what} {p:?} rows={rows}"), g, &o, &c, tol);
+}
+
 #[test]
 fn moe_routing_modes_activations_and_formats() {
     let Some(g) = gpu() else { return };
@@ -532,56 +704,8 @@ fn moe_routing_modes_activations_and_formats() {
         },
     ];
     for mx in [false, true] {
-        let (gate_up, down) = if mx {
-            (
-                mxfp4(&g, &mut rng, &[experts, 2 * width], hidden),
-                mxfp4(&g, &mut rng, &[experts, hidden], width),
-            )
-        } else {
-            (
-                weight(
-                    &g,
-                    &rng.vec(experts * 2 * width * hidden, 0.3),
-                    &[experts, 2 * width, hidden],
-                    DType::BF16,
-                ),
-                weight(
-                    &g,
-                    &rng.vec(experts * hidden * width, 0.3),
-                    &[experts, hidden, width],
-                    DType::BF16,
-                ),
-            )
-        };
         for biases in [false, true] {
-            let gub = biases.then(|| {
-                weight(
-                    &g,
-                    &rng.vec(experts * 2 * width, 0.5),
-                    &[experts, 2 * width],
-                    DType::BF16,
-                )
-            });
-            let db = biases.then(|| {
-                weight(
-                    &g,
-                    &rng.vec(experts * hidden, 0.5),
-                    &[experts, hidden],
-                    DType::F32,
-                )
-            });
-            let ce = Experts {
-                gate_up: &gate_up.0,
-                gate_up_bias: gub.as_ref().map(|b| &b.0),
-                down: &down.0,
-                down_bias: db.as_ref().map(|b| &b.0),
-            };
-            let ge = Experts {
-                gate_up: &gate_up.1,
-                gate_up_bias: gub.as_ref().map(|b| &b.1),
-                down: &down.1,
-                down_bias: db.as_ref().map(|b| &b.1),
-            };
+            let set = ExpertSet::new(&g, &mut rng, mx, [experts, hidden, width], biases);
             for (routing, act, top_k) in [
                 (routings[0], acts[1], 4),
                 (routings[1], acts[0], 2),
@@ -596,15 +720,121 @@ fn moe_routing_modes_activations_and_formats() {
                     act,
                 };
                 for rows in [1, 3, 5, 33] {
-                    let (cx, gx) = tensors(&g, &rng.vec(rows * hidden, 1.0), rows, hidden);
-                    let (cl, gl) = tensors(&g, &rng.vec(rows * experts, 3.0), rows, experts);
-                    let (mut c, mut o) = (Cpu.tensor(rows, hidden), g.tensor(rows, hidden));
-                    Cpu.moe(&cx, &cl, &ce, &p, &mut c);
-                    g.moe(&gx, &gl, &ge, &p, &mut o);
-                    let what = format!("moe mxfp4={mx} biases={biases} {p:?} rows={rows}");
-                    check(&what, &g, &o, &c, F32_TOL);
+                    let what = format!("mxfp4={mx} biases={biases}");
+                    moe_case(&g, &mut rng, &set, &p, rows, &[], &what);
                 }
             }
         }
     }
+}
+
+/// The grouped (prefill) path on 37 rows: 12 experts, one of which no row
+/// selects (an expert with no rows is skipped) while the others get
+/// different row counts; top-2 and top-4; both routing orders (and
+/// renormalisation); both activations; MXFP4 and bf16 experts with biases.
+/// The bf16 experts have sizes that are not multiples of 8 (36 × 20), so
+/// expert slices and gathered row blocks start at addresses cuBLAS cannot
+/// read with 16-byte vectors.
+#[test]
+fn moe_grouped_prefill_by_expert() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(23);
+    let experts = 12;
+    let clamped = ExpertAct::ClampedSwiGlu {
+        alpha: 1.702,
+        limit: 7.0,
+    };
+    for (mx, hidden, width) in [(true, 96, 64), (false, 36, 20)] {
+        let set = ExpertSet::new(&g, &mut rng, mx, [experts, hidden, width], true);
+        for (routing, act, top_k) in [
+            (Routing::TopKSoftmax, clamped, 4),
+            (Routing::TopKSoftmax, ExpertAct::SwiGlu, 2),
+            (
+                Routing::SoftmaxTopK { renormalize: true },
+                ExpertAct::SwiGlu,
+                4,
+            ),
+            (Routing::SoftmaxTopK { renormalize: false }, clamped, 2),
+        ] {
+            let p = MoeParams {
+                num_experts: experts,
+                top_k,
+                width,
+                routing,
+                act,
+            };
+            moe_case(&g, &mut rng, &set, &p, 37, &[5], &format!("mxfp4={mx}"));
+        }
+    }
+}
+
+/// A recorded decode step (KV write + attention on a one-row batch),
+/// replayed at later positions, equals the CPU's eager steps: the
+/// recording's launch covers the whole ring, and each replay reads its
+/// position from the overwritten batch (the ring of 10 slots wraps, the
+/// window of 6 slides).
+#[test]
+fn recorded_decode_attention_replays_at_new_positions() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(21);
+    let p = AttnParams {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+        span: AttnSpan::Sliding { window: 6 },
+        softcap: Some(3.0),
+    };
+    let (kv_dim, q_dim) = (2 * 64, 8 * 64);
+    let spec = KvSpec {
+        capacity: 10,
+        kv_dim,
+    };
+    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+    let (mut gq, mut gk, mut gv) = (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
+    let mut gb = g.batch(&[0], &[0]);
+    let mut out = g.tensor(1, q_dim);
+    assert!(g.begin_graph(), "the CUDA backend records");
+    g.kv_write(&mut gkv, &gk, &gv, &gb);
+    g.attention(&gq, &gkv, &gb, &p, None, &mut out);
+    let graph = g.end_graph().expect("a recording");
+    for pos in 0..25u32 {
+        let (cq, q) = tensors(&g, &rng.vec(q_dim, 1.0), 1, q_dim);
+        let (ck, k) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+        let (cv, v) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+        g.copy(&q, &mut gq);
+        g.copy(&k, &mut gk);
+        g.copy(&v, &mut gv);
+        g.set_batch(&mut gb, &[0], &[pos]);
+        g.replay(&graph);
+        let cb = Cpu.batch(&[0], &[pos]);
+        Cpu.kv_write(&mut ckv, &ck, &cv, &cb);
+        let mut c = Cpu.tensor(1, q_dim);
+        Cpu.attention(&cq, &ckv, &cb, &p, None, &mut c);
+        check(&format!("replayed step at {pos}"), &g, &out, &c, F32_TOL);
+    }
+}
+
+/// Greedy choice on the device is the host's `argmax` on every row: random
+/// rows of a real vocabulary's width, ties (the first wins), NaNs (never
+/// win), all `-inf`, all NaN, and a row whose only maximum is the last id.
+#[test]
+fn argmax_on_the_device_is_the_host_argmax() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(22);
+    let cols = 201_088;
+    let mut rows: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(cols, 4.0)).collect();
+    rows[1][70_000] = 9.0;
+    rows[1][150_000] = 9.0;
+    rows[1][3] = f32::NAN;
+    rows.push(vec![f32::NEG_INFINITY; cols]);
+    rows.push(vec![f32::NAN; cols]);
+    let mut last = vec![-1.0; cols];
+    last[cols - 1] = 0.0;
+    rows.push(last);
+    let data: Vec<f32> = rows.concat();
+    let t = g.upload_tensor(&data, rows.len(), cols);
+    let want: Vec<u32> = rows.iter().map(|r| turbospark_backend::argmax(r)).collect();
+    assert_eq!(want[1], 70_000);
+    assert_eq!(g.argmax(&t), want);
 }

@@ -13,7 +13,7 @@ use turbospark_models::sampler::{Sampler, SamplerConfig};
 use turbospark_text::{StopStrings, StreamDecoder};
 
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 
 #[derive(Clone, Debug, Default)]
 pub struct GenParams {
@@ -70,8 +70,18 @@ impl<B: Backend + 'static> Engine<B> {
         let mut text = String::new();
         let mut tokens = Vec::new();
 
+        // Greedy decoding without penalties is an argmax: chosen where the
+        // logits are (the GPU sends back one id, not the vocabulary).
+        let argmax = params.sampler.is_plain_greedy();
+        let mut choose = |session: &mut Session<'_, B>, fed: &[u32], history: &[u32]| {
+            Ok::<_, EngineError>(if argmax {
+                session.feed_argmax(fed)?
+            } else {
+                sampler.sample(&session.feed(fed, false)?, history)
+            })
+        };
         let t0 = Instant::now();
-        let mut logits = session.feed(prompt, false)?;
+        let mut next = choose(session, prompt, &history)?;
         let prefill_secs = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let mut finish = FinishReason::Length;
@@ -88,7 +98,6 @@ impl<B: Backend + 'static> Engine<B> {
                 finish = FinishReason::Cancelled;
                 break;
             }
-            let next = sampler.sample(&logits, &history);
             if eos.contains(&next) {
                 finish = FinishReason::Eos;
                 break;
@@ -109,7 +118,7 @@ impl<B: Backend + 'static> Engine<B> {
                 finish = FinishReason::Context;
                 break;
             }
-            logits = session.feed(&[next], false)?;
+            next = choose(session, &[next], &history)?;
         }
         if finish != FinishReason::Stop {
             if let Some(tok) = &self.tokenizer {

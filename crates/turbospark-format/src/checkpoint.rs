@@ -2,7 +2,12 @@
 //! `model.safetensors.index.json`. Files are memory-mapped (memmap2); a tensor
 //! is handed out as a borrowed byte slice with its dtype and shape, and the
 //! backend decides how to store it. This module never converts or copies data.
+//!
+//! [`TensorSource`] is what the model loader reads from: a [`Checkpoint`]
+//! lends mapped bytes, other sources (random weights generated in memory for
+//! benchmarks) hand out tensors they make when asked, one at a time.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -57,6 +62,77 @@ impl HostTensor<'_> {
                 .collect(),
             DType::U8 => b.iter().map(|&x| x as f32).collect(),
         }
+    }
+}
+
+/// A tensor from a [`TensorSource`]: borrowed from a mapped file, or owned
+/// by the caller when the source made it on request.
+#[derive(Clone, Debug)]
+pub struct SourceTensor<'a> {
+    pub name: Cow<'a, str>,
+    pub dtype: DType,
+    pub shape: Cow<'a, [usize]>,
+    pub bytes: Cow<'a, [u8]>,
+}
+
+impl SourceTensor<'_> {
+    /// The tensor as the backends take it.
+    pub fn view(&self) -> HostTensor<'_> {
+        HostTensor {
+            name: &self.name,
+            dtype: self.dtype,
+            shape: &self.shape,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+impl<'a> From<HostTensor<'a>> for SourceTensor<'a> {
+    fn from(t: HostTensor<'a>) -> Self {
+        SourceTensor {
+            name: Cow::Borrowed(t.name),
+            dtype: t.dtype,
+            shape: Cow::Borrowed(t.shape),
+            bytes: Cow::Borrowed(t.bytes),
+        }
+    }
+}
+
+/// Named tensors for the model loader: a checkpoint on disk, or a source
+/// that makes each tensor when it is fetched (so at most the tensors being
+/// uploaded are in host memory at once).
+pub trait TensorSource {
+    fn contains(&self, name: &str) -> bool;
+
+    /// Bytes of all tensor data (for load progress).
+    fn total_bytes(&self) -> u64;
+
+    /// The tensor `name`; an error naming it when there is none.
+    fn fetch(&self, name: &str) -> Result<SourceTensor<'_>>;
+
+    /// Like [`fetch`](Self::fetch), then checks the shape.
+    fn fetch_shaped(&self, name: &str, shape: &[usize]) -> Result<SourceTensor<'_>> {
+        let t = self.fetch(name)?;
+        t.view().expect_shape(shape)?;
+        Ok(t)
+    }
+}
+
+impl TensorSource for Checkpoint {
+    fn contains(&self, name: &str) -> bool {
+        Checkpoint::contains(self, name)
+    }
+
+    fn total_bytes(&self) -> u64 {
+        Checkpoint::total_bytes(self)
+    }
+
+    fn fetch(&self, name: &str) -> Result<SourceTensor<'_>> {
+        self.get(name).map(SourceTensor::from)
+    }
+
+    fn fetch_shaped(&self, name: &str, shape: &[usize]) -> Result<SourceTensor<'_>> {
+        self.get_shaped(name, shape).map(SourceTensor::from)
     }
 }
 

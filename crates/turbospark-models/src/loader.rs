@@ -2,11 +2,17 @@
 //! architecture and reporting progress in bytes. Families ask for weights by
 //! name and expected shape; this module owns the checks and the progress
 //! accounting, nothing about any family's naming.
+//!
+//! Tensors come from a [`TensorSource`]: a memory-mapped checkpoint, or a
+//! source that generates each tensor when asked (random weights for
+//! benchmarks). Each fetched tensor is dropped once uploaded, so host memory
+//! beyond the mapping stays around one tensor.
 
 use std::cell::Cell;
 
 use turbospark_backend::{Backend, Quant};
-use turbospark_format::{Checkpoint, HostTensor};
+use turbospark_format::HostTensor;
+use turbospark_format::checkpoint::TensorSource;
 
 use crate::error::Result;
 
@@ -22,7 +28,8 @@ pub struct LoadOptions {
 
 pub struct Loader<'a, B: Backend> {
     pub be: &'a B,
-    pub ckpt: &'a Checkpoint,
+    /// Where tensors come from (named `ckpt` for the families' presence checks).
+    pub ckpt: &'a dyn TensorSource,
     opts: LoadOptions,
     progress: Progress<'a>,
     done: Cell<u64>,
@@ -31,7 +38,12 @@ pub struct Loader<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> Loader<'a, B> {
-    pub fn new(be: &'a B, ckpt: &'a Checkpoint, opts: LoadOptions, progress: Progress<'a>) -> Self {
+    pub fn new(
+        be: &'a B,
+        ckpt: &'a dyn TensorSource,
+        opts: LoadOptions,
+        progress: Progress<'a>,
+    ) -> Self {
         Loader {
             be,
             ckpt,
@@ -45,12 +57,9 @@ impl<'a, B: Backend> Loader<'a, B> {
 
     /// The tensor `name` with exactly `shape`, uploaded as stored.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
-        let t = self.ckpt.get_shaped(name, shape)?;
-        let w = self.be.upload(&t)?;
-        self.device
-            .set(self.device.get() + self.be.weight_bytes(&w) as u64);
-        self.done.set(self.done.get() + t.bytes.len() as u64);
-        (self.progress)(self.done.get(), self.total);
+        let t = self.ckpt.fetch_shaped(name, shape)?;
+        let w = self.be.upload(&t.view())?;
+        self.account(t.bytes.len() as u64, &w);
         Ok(w)
     }
 
@@ -58,7 +67,7 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// `[batch, b, a]` (the stacked-expert float layout stores `x · W`
     /// matrices, input-major; backends want output rows).
     pub fn tensor_transposed(&self, name: &str, stored: [usize; 3]) -> Result<B::Weight> {
-        let t = self.ckpt.get_shaped(name, &stored)?;
+        let t = self.ckpt.fetch_shaped(name, &stored)?;
         let [batch, a, b] = stored;
         let size = t.dtype.size();
         let mut bytes = vec![0u8; t.bytes.len()];
@@ -74,7 +83,7 @@ impl<'a, B: Backend> Loader<'a, B> {
         }
         let shape = [batch, b, a];
         let w = self.be.upload(&HostTensor {
-            name: t.name,
+            name: &t.name,
             dtype: t.dtype,
             shape: &shape,
             bytes: &bytes,
@@ -94,7 +103,7 @@ impl<'a, B: Backend> Loader<'a, B> {
         for (i, group) in groups.iter().enumerate() {
             let mut item_rows = 0;
             for (name, shape) in group {
-                let t = self.ckpt.get_shaped(name, shape)?;
+                let t = self.ckpt.fetch_shaped(name, shape)?;
                 if *dtype.get_or_insert(t.dtype) != t.dtype {
                     return Err(turbospark_format::FormatError::Dtype {
                         name: name.clone(),
@@ -102,7 +111,7 @@ impl<'a, B: Backend> Loader<'a, B> {
                     }
                     .into());
                 }
-                bytes.extend_from_slice(t.bytes);
+                bytes.extend_from_slice(&t.bytes);
                 item_rows += shape[0];
                 cols = shape[1];
             }
@@ -130,11 +139,11 @@ impl<'a, B: Backend> Loader<'a, B> {
     pub fn mxfp4(&self, base: &str, lead: usize, rows: usize, cols: usize) -> Result<B::Weight> {
         let blocks = self
             .ckpt
-            .get_shaped(&format!("{base}_blocks"), &[lead, rows, cols / 32, 16])?;
+            .fetch_shaped(&format!("{base}_blocks"), &[lead, rows, cols / 32, 16])?;
         let scales = self
             .ckpt
-            .get_shaped(&format!("{base}_scales"), &[lead, rows, cols / 32])?;
-        let w = self.be.upload_mxfp4(&blocks, &scales)?;
+            .fetch_shaped(&format!("{base}_scales"), &[lead, rows, cols / 32])?;
+        let w = self.be.upload_mxfp4(&blocks.view(), &scales.view())?;
         self.account((blocks.bytes.len() + scales.bytes.len()) as u64, &w);
         Ok(w)
     }
@@ -158,8 +167,8 @@ impl<'a, B: Backend> Loader<'a, B> {
         if offset == 0.0 {
             return self.tensor(name, &[dim]);
         }
-        let t = self.ckpt.get_shaped(name, &[dim])?;
-        let values: Vec<f32> = t.to_f32().iter().map(|w| w + offset).collect();
+        let t = self.ckpt.fetch_shaped(name, &[dim])?;
+        let values: Vec<f32> = t.view().to_f32().iter().map(|w| w + offset).collect();
         let w = self.be.upload_f32(&values, &[dim])?;
         self.account(t.bytes.len() as u64, &w);
         Ok(w)
@@ -182,8 +191,8 @@ impl<'a, B: Backend> Loader<'a, B> {
         let Some(q) = self.opts.quant else {
             return self.tensor(name, &shape);
         };
-        let t = self.ckpt.get_shaped(name, &shape)?;
-        let w = self.be.upload_quantized(&t, q)?;
+        let t = self.ckpt.fetch_shaped(name, &shape)?;
+        let w = self.be.upload_quantized(&t.view(), q)?;
         self.account(t.bytes.len() as u64, &w);
         Ok(w)
     }

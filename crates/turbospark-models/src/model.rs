@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use turbospark_backend::Backend;
+use turbospark_format::checkpoint::TensorSource;
 use turbospark_format::{Arch, Checkpoint, ModelSpec, load_config};
 
 use crate::error::Result;
@@ -51,7 +52,19 @@ pub fn load_model_with<B: Backend + 'static>(
     progress: Progress<'_>,
 ) -> Result<Box<dyn CausalLm<B>>> {
     let ckpt = Checkpoint::open(dir)?;
-    let loader = Loader::new(be, &ckpt, opts, progress);
+    load_model_from(be, &ckpt, spec, opts, progress)
+}
+
+/// Loads `spec`'s weights from any tensor source: a checkpoint, or tensors
+/// made in memory (`turbospark bench --synthetic`).
+pub fn load_model_from<B: Backend + 'static>(
+    be: &B,
+    source: &dyn TensorSource,
+    spec: ModelSpec,
+    opts: LoadOptions,
+    progress: Progress<'_>,
+) -> Result<Box<dyn CausalLm<B>>> {
+    let loader = Loader::new(be, source, opts, progress);
     Ok(match spec.arch {
         Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 => {
             Box::new(llama::load(&loader, spec)?)

@@ -63,6 +63,7 @@ use std::cmp::Ordering;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use serde::{Deserialize, Serialize};
+pub use turbospark_backend::argmax;
 
 /// Temperatures at or below this are greedy decoding.
 const GREEDY_TEMPERATURE: f32 = 1e-6;
@@ -106,6 +107,11 @@ impl Default for SamplerConfig {
 }
 
 impl SamplerConfig {
+    /// Greedy with no penalty: the choice is the plain argmax of the logits.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.is_greedy() && !self.has_penalties()
+    }
+
     fn is_greedy(&self) -> bool {
         !(self.temperature > GREEDY_TEMPERATURE && self.temperature.is_finite())
     }
@@ -337,22 +343,6 @@ fn apply_penalties(
         }
         *l -= presence + frequency * run.len() as f32;
     }
-}
-
-/// Index of the first maximum of `logits`. NaN never wins; empty or all-NaN
-/// input gives `0`, all `-inf` gives `0`.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &v) in logits.iter().enumerate() {
-        let better = match best {
-            None => !v.is_nan(),
-            Some((_, b)) => v > b,
-        };
-        if better {
-            best = Some((i, v));
-        }
-    }
-    best.map_or(0, |(i, _)| i as u32)
 }
 
 #[cfg(test)]

@@ -2,6 +2,12 @@
 //! and decode steps. Prefill feeds the prompt in chunks of at most
 //! `max_chunk` tokens (all tokens of a chunk in one batched pass); decode
 //! feeds one token at a time. It owns no sampling policy and no text.
+//!
+//! Decode steps are recorded once as a graph where the backend can (CUDA)
+//! and replayed: every step runs the same work on a batch that is
+//! overwritten in place, against the same KV storage, into the same logits
+//! buffer, so one recording serves the whole sequence (it is dropped when
+//! the storage is replaced by `reset`).
 
 use turbospark_backend::Backend;
 
@@ -15,6 +21,25 @@ pub struct Session<'m, B: Backend> {
     cache: KvCache<B>,
     /// Every token fed so far, in order (for prompt-prefix reuse).
     fed: Vec<u32>,
+    decode: Decode<B>,
+}
+
+/// How decode steps run.
+enum Decode<B: Backend> {
+    /// Not recorded yet (the first decode step records).
+    Unrecorded,
+    Recorded(DecodeGraph<B>),
+    /// Step by step: graphs are off, or the backend cannot record.
+    Eager,
+}
+
+/// A recorded decode step and the buffers it was recorded with.
+struct DecodeGraph<B: Backend> {
+    graph: B::Graph,
+    /// The step's token and position, overwritten before each replay.
+    batch: B::Batch,
+    /// `[1, vocab]`, written by each replay.
+    logits: B::Tensor,
 }
 
 impl<'m, B: Backend> Session<'m, B> {
@@ -30,7 +55,24 @@ impl<'m, B: Backend> Session<'m, B> {
             model,
             cache,
             fed: Vec::new(),
+            decode: Decode::Unrecorded,
         }
+    }
+
+    /// Whether decode steps replay a recording (after the first decode
+    /// step, on a backend that records).
+    pub fn decode_recorded(&self) -> bool {
+        matches!(self.decode, Decode::Recorded(_))
+    }
+
+    /// Runs every decode step as queued work instead of replaying a
+    /// recording (`--eager`; for debugging and comparison).
+    pub fn set_eager(&mut self, eager: bool) {
+        self.decode = if eager {
+            Decode::Eager
+        } else {
+            Decode::Unrecorded
+        };
     }
 
     pub fn position(&self) -> usize {
@@ -44,6 +86,10 @@ impl<'m, B: Backend> Session<'m, B> {
     pub fn reset(&mut self) {
         self.cache.clear(self.be, self.model.spec());
         self.fed.clear();
+        // The recording points at the old KV storage.
+        if let Decode::Recorded(_) = self.decode {
+            self.decode = Decode::Unrecorded;
+        }
     }
 
     /// The tokens fed so far.
@@ -79,6 +125,27 @@ impl<'m, B: Backend> Session<'m, B> {
     /// Appends `tokens`; returns the logits of the last one, or of every one
     /// (`[tokens.len(), vocab]`, row-major) when `all_logits`.
     pub fn feed(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        if !all_logits {
+            return self.feed_last(tokens, |be, l| be.to_host(l));
+        }
+        self.check_feed(tokens)?;
+        let mut out = Vec::new();
+        for chunk in tokens.chunks(self.cache.max_chunk()) {
+            let logits = self.model.forward(self.be, chunk, &mut self.cache, true)?;
+            self.fed.extend_from_slice(chunk);
+            out.extend(self.be.to_host(&logits));
+        }
+        Ok(out)
+    }
+
+    /// Appends `tokens` and returns the most likely next token (the
+    /// [`argmax`](turbospark_backend::argmax) of the last logits, chosen on
+    /// the backend: nothing but the id comes back from a GPU).
+    pub fn feed_argmax(&mut self, tokens: &[u32]) -> Result<u32> {
+        self.feed_last(tokens, |be, l| be.argmax(l)[0])
+    }
+
+    fn check_feed(&self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
@@ -90,18 +157,87 @@ impl<'m, B: Backend> Session<'m, B> {
                 capacity: self.cache.max_context(),
             });
         }
-        let mut out = Vec::new();
-        for chunk in tokens.chunks(self.cache.max_chunk()) {
-            let logits = self
-                .model
-                .forward(self.be, chunk, &mut self.cache, all_logits)?;
-            self.fed.extend_from_slice(chunk);
-            if all_logits {
-                out.extend(self.be.to_host(&logits));
-            } else {
-                out = self.be.to_host(&logits);
-            }
+        Ok(())
+    }
+
+    /// Appends `tokens` and reads the last token's logits `[1, vocab]` with
+    /// `read`.
+    fn feed_last<R>(
+        &mut self,
+        tokens: &[u32],
+        read: impl FnOnce(&B, &B::Tensor) -> R,
+    ) -> Result<R> {
+        self.check_feed(tokens)?;
+        if let [token] = tokens {
+            return self.decode_step(*token, read);
         }
+        // Whole chunks first; the last (possibly short) chunk gives the logits.
+        let chunk = self.cache.max_chunk();
+        let (head, last) = tokens.split_at((tokens.len() - 1) / chunk * chunk);
+        for c in head.chunks(chunk) {
+            self.model.forward(self.be, c, &mut self.cache, false)?;
+            self.fed.extend_from_slice(c);
+        }
+        let logits = self.model.forward(self.be, last, &mut self.cache, false)?;
+        self.fed.extend_from_slice(last);
+        Ok(read(self.be, &logits))
+    }
+
+    /// One token: replays the recorded step (recording it on first use),
+    /// or runs it eagerly where there is no recording.
+    fn decode_step<R>(&mut self, token: u32, read: impl FnOnce(&B, &B::Tensor) -> R) -> Result<R> {
+        let positions = self.cache.reserve(1)?;
+        let be = self.be;
+        if let Decode::Unrecorded = self.decode {
+            self.decode = match self.record(token, &positions)? {
+                Some(g) => Decode::Recorded(g),
+                None => Decode::Eager,
+            };
+        }
+        let out = match &mut self.decode {
+            Decode::Recorded(g) => {
+                be.set_batch(&mut g.batch, &[token], &positions);
+                be.replay(&g.graph);
+                self.cache.advance(1);
+                read(be, &g.logits)
+            }
+            _ => {
+                let l = self.model.forward(be, &[token], &mut self.cache, false)?;
+                read(be, &l)
+            }
+        };
+        self.fed.push(token);
         Ok(out)
+    }
+
+    /// Records one decode step without running it. `None` where the
+    /// backend cannot record (or the recording failed); the cache is left
+    /// as it was either way.
+    fn record(&mut self, token: u32, positions: &[u32]) -> Result<Option<DecodeGraph<B>>> {
+        let be = self.be;
+        // Everything that outlives the recording is made before it starts.
+        let batch = be.batch(&[token], positions);
+        let mut logits = be.tensor(1, self.model.spec().vocab_size);
+        if !be.begin_graph() {
+            return Ok(None);
+        }
+        let len = self.cache.len();
+        let out = self
+            .model
+            .forward_batch(be, &batch, 1, &mut self.cache, false);
+        if let Ok(l) = &out {
+            be.copy(l, &mut logits);
+        }
+        // The forward's own logits are freed inside the recording.
+        let out = out.map(drop);
+        let graph = be.end_graph();
+        // Nothing ran: the replay fills these positions.
+        self.cache.truncate(len);
+        out?;
+        Ok(graph.map(|graph| DecodeGraph {
+            graph,
+            batch,
+            logits,
+        }))
     }
 }

@@ -72,6 +72,8 @@ pub struct Comparison {
     /// max over positions of max|Δlogit| / std(reference logits at that
     /// position); infinite when any logit is NaN.
     pub worst_rel_err: f32,
+    /// The same measure at each position, in order.
+    pub rel_errs: Vec<f32>,
     pub argmax_mismatches: usize,
     pub positions: usize,
     pub greedy: Vec<u32>,
@@ -101,7 +103,7 @@ pub fn compare<B: Backend + 'static>(
     let mut session = Session::new(be, model.as_ref(), ctx, chunk);
     let logits = session.feed(&r.tokens, true).unwrap();
     assert_eq!(logits.len(), r.logits.len());
-    let mut worst = 0.0f32;
+    let mut rel_errs = Vec::new();
     let mut mismatches = 0;
     for (ours, theirs) in logits.chunks(r.vocab).zip(r.logits.chunks(r.vocab)) {
         // A NaN anywhere must fail, not vanish in the max.
@@ -113,17 +115,18 @@ pub fn compare<B: Backend + 'static>(
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0f32, f32::max)
         };
-        worst = worst.max(err / std_dev(theirs));
+        rel_errs.push(err / std_dev(theirs));
         mismatches += usize::from(argmax(ours) != argmax(theirs));
     }
     let mut greedy = Vec::new();
     let mut next = argmax(&logits[logits.len() - r.vocab..]);
     for _ in 0..r.greedy.len() {
         greedy.push(next);
-        next = argmax(&session.feed(&[next], false).unwrap());
+        next = session.feed_argmax(&[next]).unwrap();
     }
     Comparison {
-        worst_rel_err: worst,
+        worst_rel_err: rel_errs.iter().copied().fold(0.0, f32::max),
+        rel_errs,
         argmax_mismatches: mismatches,
         positions: r.tokens.len(),
         greedy,

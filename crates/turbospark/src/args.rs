@@ -60,6 +60,18 @@ pub struct ModelArgs {
     /// Quantize the projection weights at load (weight-only, per-32 scales).
     #[arg(long, value_enum)]
     pub quant: Option<QuantArg>,
+    /// Operand precision of the GPU's prefill paths: bf16 tensor cores
+    /// (activations rounded to bf16; the default), or f32-level results at
+    /// about half the prefill speed (for comparisons with references). The
+    /// CPU computes in f32 either way.
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub precision: PrecisionArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    Bf16,
+    F32,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -224,8 +236,17 @@ pub struct SynthArgs {
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Random weights with this real model's shapes, made in memory (no
+    /// files, no download); instead of --model.
+    #[arg(long, value_enum, value_name = "PRESET", conflicts_with = "model")]
+    pub synthetic: Option<crate::cmd::synth::Preset>,
+    /// Keep only this many layers of the --synthetic model (same shapes).
+    #[arg(long, hide = true, requires = "synthetic")]
+    pub layers: Option<usize>,
+    /// Prompt tokens, run as one prefill.
     #[arg(long, default_value_t = 128)]
     pub prompt_len: usize,
+    /// Tokens decoded one at a time after the prompt.
     #[arg(long, default_value_t = 32)]
     pub gen_len: usize,
     /// Print one JSON object.

@@ -248,3 +248,115 @@ fn real_chat_templates_render_through_run_chat() {
         );
     }
 }
+
+#[test]
+fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
+    // A real shape (Qwen3-0.6B's layer, embedding and head) with one layer.
+    let out = turbospark(&[
+        "bench",
+        "--synthetic",
+        "qwen3-0.6b",
+        "--layers",
+        "1",
+        "--prompt-len",
+        "8",
+        "--gen-len",
+        "2",
+        "--json",
+        "--device",
+        "cpu",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let num = |k: &str| {
+        json[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {json}"))
+    };
+    assert_eq!(json["model"], "synthetic qwen3-0.6b (1 layers)");
+    assert_eq!(json["device"], "cpu");
+    assert_eq!(json["layers"], 1);
+    assert_eq!(json["prompt_len"], 8);
+    assert_eq!(json["gen_len"], 2);
+    for k in [
+        "prefill_tok_s",
+        "decode_tok_s",
+        "copy_gb_s",
+        "decode_gb_s",
+        "weight_bytes",
+        "rss_bytes",
+        "peak_rss_bytes",
+    ] {
+        assert!(num(k) > 0.0, "{k} in {json}");
+    }
+    // Tied 151,936 × 1,024 bf16 embedding (the head) + one layer's
+    // projections: q 2048, k and v 1024 each, o, and a 3,072-wide MLP.
+    let layer = 1024 * (2048 + 1024 + 1024) + 2048 * 1024 + 3 * 1024 * 3072;
+    let weights = num("weight_bytes_per_token");
+    assert!(
+        weights >= 2.0 * (151_936 * 1024 + layer) as f64,
+        "weights read per token {weights}"
+    );
+    // Contexts 9 and 10: mean 9.5 rows of K and V, 8 heads of 128, f32.
+    assert_eq!(
+        num("kv_bytes_per_token"),
+        (9.5f64 * 1024.0 * 2.0 * 4.0).floor()
+    );
+    assert_eq!(num("bytes_per_token"), weights + num("kv_bytes_per_token"));
+    let fraction = num("ceiling_fraction");
+    assert!(
+        fraction > 0.0 && fraction < 2.0,
+        "ceiling fraction {fraction}"
+    );
+    let implied = num("decode_tok_s") * num("bytes_per_token") / 1e9;
+    assert!((num("decode_gb_s") - implied).abs() <= 1e-6 * implied);
+    assert!((fraction - num("decode_gb_s") / num("copy_gb_s")).abs() < 1e-9);
+    // The CPU has no device memory of its own; its peak is the RSS.
+    assert!(json["peak_gpu_bytes"].is_null(), "{json}");
+    assert!(num("peak_rss_bytes") >= num("rss_bytes"));
+}
+
+#[test]
+fn bench_refuses_unknown_presets_and_two_model_sources() {
+    let out = turbospark(&["bench", "--synthetic", "llama-9000", "--device", "cpu"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("invalid value 'llama-9000' for '--synthetic <PRESET>'"),
+        "{err}"
+    );
+    // The real presets are listed.
+    for preset in [
+        "llama-3.1-8b",
+        "llama-3.2-1b",
+        "gpt-oss-20b",
+        "gpt-oss-120b",
+        "qwen3-30b-a3b",
+    ] {
+        assert!(err.contains(preset), "{preset} not in {err}");
+    }
+    let out = turbospark(&[
+        "bench",
+        "--synthetic",
+        "qwen3-0.6b",
+        "--model",
+        "/some/dir",
+        "--device",
+        "cpu",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("'--synthetic <PRESET>' cannot be used with '--model <MODEL>'"),
+        "{err}"
+    );
+    // --layers belongs to --synthetic.
+    let out = turbospark(&["bench", "--layers", "1", "--device", "cpu"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--synthetic"), "{err}");
+}

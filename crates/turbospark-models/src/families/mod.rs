@@ -27,6 +27,24 @@ pub trait CausalLm<B: Backend>: Send + Sync {
         tokens: &[u32],
         cache: &mut KvCache<B>,
         all_logits: bool,
+    ) -> Result<B::Tensor> {
+        let positions = cache.reserve(tokens.len())?;
+        let batch = be.batch(tokens, &positions);
+        self.forward_batch(be, &batch, tokens.len(), cache, all_logits)
+    }
+
+    /// [`CausalLm::forward`] on a batch of `rows` tokens that the caller
+    /// made for the positions `cache.reserve(rows)` returned (a decode
+    /// step keeps one batch and overwrites it, see `Session`). Queues no
+    /// host read-back and sizes nothing by the batch's positions, so a
+    /// backend can record it as a graph.
+    fn forward_batch(
+        &self,
+        be: &B,
+        batch: &B::Batch,
+        rows: usize,
+        cache: &mut KvCache<B>,
+        all_logits: bool,
     ) -> Result<B::Tensor>;
 
     /// Bytes of weights held on the backend.

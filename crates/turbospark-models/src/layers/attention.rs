@@ -62,11 +62,11 @@ impl<B: Backend> Attention<B> {
         &self,
         be: &B,
         x: &B::Tensor,
-        positions: &[u32],
+        batch: &B::Batch,
         kv: &mut B::Kv,
         rope: &RopeTable,
     ) -> B::Tensor {
-        let n = positions.len();
+        let n = be.shape(x).0;
         let p = &self.params;
         let (q_dim, kv_dim) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
         let mut q = be.tensor(n, q_dim);
@@ -82,11 +82,11 @@ impl<B: Backend> Attention<B> {
             be.rms_norm(&k, kn, self.norm_eps, &mut ko);
             (q, k) = (qo, ko);
         }
-        be.rope(&mut q, p.head_dim, positions, rope);
-        be.rope(&mut k, p.head_dim, positions, rope);
-        be.kv_write(kv, &k, &v, positions);
+        be.rope(&mut q, p.head_dim, batch, rope);
+        be.rope(&mut k, p.head_dim, batch, rope);
+        be.kv_write(kv, &k, &v, batch);
         let mut attn = be.tensor(n, q_dim);
-        be.attention(&q, kv, positions, p, self.sinks.as_ref(), &mut attn);
+        be.attention(&q, kv, batch, p, self.sinks.as_ref(), &mut attn);
         let mut out = be.tensor(n, be.shape(x).1);
         be.linear(&attn, &self.o, self.o_bias.as_ref(), &mut out);
         out

@@ -163,19 +163,20 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
         &self.spec
     }
 
-    fn forward(
+    fn forward_batch(
         &self,
         be: &B,
-        tokens: &[u32],
+        batch: &B::Batch,
+        n: usize,
         cache: &mut KvCache<B>,
         all_logits: bool,
     ) -> Result<B::Tensor> {
         let spec = &self.spec;
-        let positions = cache.reserve(tokens.len())?;
-        let n = tokens.len();
+        // Checks the room (the caller reserved these positions already).
+        cache.reserve(n)?;
         let h = spec.hidden_size;
         let mut x = be.tensor(n, h);
-        be.embed(&self.embed, tokens, &mut x);
+        be.embed(&self.embed, batch, &mut x);
         if let Some(s) = self.embed_scale {
             be.scale(&mut x, s);
         }
@@ -191,16 +192,24 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
             }
             None => y,
         };
+        // Each residual add is fused with the norm that reads its result
+        // (the next block's input norm); the last layer's add stands alone.
+        if let Some(first) = self.layers.first() {
+            be.rms_norm(&x, &first.attn_norm, eps, &mut normed);
+        }
         for (i, layer) in self.layers.iter().enumerate() {
-            be.rms_norm(&x, &layer.attn_norm, eps, &mut normed);
             let rope = &self.ropes[layer.rope];
             let a = layer
                 .attn
-                .forward(be, &normed, &positions, cache.layer_mut(i), rope);
-            be.add(&mut x, &post(a, layer.post_attn_norm.as_ref()));
-            be.rms_norm(&x, &layer.ffn_norm, eps, &mut normed);
+                .forward(be, &normed, batch, cache.layer_mut(i), rope);
+            let a = post(a, layer.post_attn_norm.as_ref());
+            be.add_rms_norm(&mut x, &a, &layer.ffn_norm, eps, &mut normed);
             let m = layer.ffn.forward(be, &normed);
-            be.add(&mut x, &post(m, layer.post_ffn_norm.as_ref()));
+            let m = post(m, layer.post_ffn_norm.as_ref());
+            match self.layers.get(i + 1) {
+                Some(next) => be.add_rms_norm(&mut x, &m, &next.attn_norm, eps, &mut normed),
+                None => be.add(&mut x, &m),
+            }
         }
         cache.advance(n);
         let last = if all_logits { x } else { be.row(&x, n - 1) };

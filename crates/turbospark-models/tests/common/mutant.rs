@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use turbospark_backend::{
     AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable,
 };
-use turbospark_cpu::{Cpu, CpuKv, CpuTensor, CpuWeight};
+use turbospark_cpu::{Cpu, CpuBatch, CpuKv, CpuTensor, CpuWeight};
 use turbospark_format::{Activation, HostTensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +39,8 @@ impl Backend for Mutant {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
     type Kv = CpuKv;
+    type Batch = CpuBatch;
+    type Graph = ();
 
     fn name(&self) -> &'static str {
         "cpu-mutant"
@@ -70,8 +72,27 @@ impl Backend for Mutant {
     fn row(&self, src: &CpuTensor, row: usize) -> CpuTensor {
         Cpu.row(src, row)
     }
-    fn embed(&self, table: &CpuWeight, tokens: &[u32], out: &mut CpuTensor) {
-        Cpu.embed(table, tokens, out)
+    fn copy(&self, src: &CpuTensor, dst: &mut CpuTensor) {
+        Cpu.copy(src, dst)
+    }
+    fn argmax(&self, t: &CpuTensor) -> Vec<u32> {
+        Cpu.argmax(t)
+    }
+    fn batch(&self, tokens: &[u32], positions: &[u32]) -> CpuBatch {
+        Cpu.batch(tokens, positions)
+    }
+    fn set_batch(&self, b: &mut CpuBatch, tokens: &[u32], positions: &[u32]) {
+        Cpu.set_batch(b, tokens, positions)
+    }
+    fn begin_graph(&self) -> bool {
+        false
+    }
+    fn end_graph(&self) -> Option<()> {
+        None
+    }
+    fn replay(&self, _g: &()) {}
+    fn embed(&self, table: &CpuWeight, batch: &CpuBatch, out: &mut CpuTensor) {
+        Cpu.embed(table, batch, out)
     }
     fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32, out: &mut CpuTensor) {
         Cpu.rms_norm(x, w, eps, out)
@@ -97,7 +118,7 @@ impl Backend for Mutant {
     fn softcap(&self, x: &mut CpuTensor, cap: f32) {
         Cpu.softcap(x, cap)
     }
-    fn rope(&self, x: &mut CpuTensor, head_dim: usize, positions: &[u32], rope: &RopeTable) {
+    fn rope(&self, x: &mut CpuTensor, head_dim: usize, batch: &CpuBatch, rope: &RopeTable) {
         let key = x.data.as_ptr() as usize;
         let bias = self
             .biased
@@ -107,7 +128,7 @@ impl Backend for Mutant {
             .find(|(k, _)| *k == key)
             .map(|(_, b)| b.clone());
         let Some(b) = bias else {
-            return Cpu.rope(x, head_dim, positions, rope);
+            return Cpu.rope(x, head_dim, batch, rope);
         };
         // Take the bias out, rotate, put it back: rotate(xW) + b.
         let shift = |x: &mut CpuTensor, sign: f32| {
@@ -116,20 +137,20 @@ impl Backend for Mutant {
             }
         };
         shift(x, -1.0);
-        Cpu.rope(x, head_dim, positions, rope);
+        Cpu.rope(x, head_dim, batch, rope);
         shift(x, 1.0);
     }
     fn kv_alloc(&self, spec: KvSpec) -> CpuKv {
         Cpu.kv_alloc(spec)
     }
-    fn kv_write(&self, kv: &mut CpuKv, k: &CpuTensor, v: &CpuTensor, positions: &[u32]) {
-        Cpu.kv_write(kv, k, v, positions)
+    fn kv_write(&self, kv: &mut CpuKv, k: &CpuTensor, v: &CpuTensor, batch: &CpuBatch) {
+        Cpu.kv_write(kv, k, v, batch)
     }
     fn attention(
         &self,
         q: &CpuTensor,
         kv: &CpuKv,
-        positions: &[u32],
+        batch: &CpuBatch,
         p: &AttnParams,
         sinks: Option<&CpuWeight>,
         out: &mut CpuTensor,
@@ -137,9 +158,9 @@ impl Backend for Mutant {
         match (self.mistake, sinks) {
             (Mistake::ZeroSinks, Some(s)) => {
                 let zeros = CpuWeight::from_f32(&vec![0.0; s.numel()], &s.shape);
-                Cpu.attention(q, kv, positions, p, Some(&zeros), out)
+                Cpu.attention(q, kv, batch, p, Some(&zeros), out)
             }
-            _ => Cpu.attention(q, kv, positions, p, sinks, out),
+            _ => Cpu.attention(q, kv, batch, p, sinks, out),
         }
     }
     fn moe(

@@ -36,58 +36,89 @@ pub fn pick_device(args: &ModelArgs) -> Result<Picked> {
         Device::Cpu => Ok(Picked::Cpu),
         #[cfg(feature = "cuda")]
         Device::Cuda => turbospark_cuda::Cuda::new()
-            .map(|c| Picked::Cuda(Box::new(c)))
+            .map(|c| cuda(c, args))
             .map_err(|e| anyhow::anyhow!("--device cuda: {e}")),
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => anyhow::bail!(
             "--device cuda: this build has no CUDA backend (rebuild with --features cuda)"
         ),
         #[cfg(feature = "cuda")]
-        Device::Auto => {
-            Ok(turbospark_cuda::Cuda::new().map_or(Picked::Cpu, |c| Picked::Cuda(Box::new(c))))
-        }
+        Device::Auto => Ok(turbospark_cuda::Cuda::new().map_or(Picked::Cpu, |c| cuda(c, args))),
         #[cfg(not(feature = "cuda"))]
         Device::Auto => Ok(Picked::Cpu),
     }
 }
 
-/// Loads the model in `args` on `$be`'s device and evaluates `$body` with
-/// `$engine: Engine<_>` of that backend (subcommands are generic over the
-/// backend; this is the one place that names each backend).
-macro_rules! with_engine {
-    ($args:expr, |$engine:ident| $body:expr) => {{
+/// The GPU backend with `--precision` applied.
+#[cfg(feature = "cuda")]
+fn cuda(mut c: turbospark_cuda::Cuda, args: &ModelArgs) -> Picked {
+    c.set_precision(match args.precision {
+        crate::args::PrecisionArg::Bf16 => turbospark_cuda::Precision::Bf16,
+        crate::args::PrecisionArg::F32 => turbospark_cuda::Precision::F32,
+    });
+    Picked::Cuda(Box::new(c))
+}
+
+/// Evaluates `$body` with `$be` bound to the backend `--device` picks (a
+/// concrete type per arm, so generic subcommands may ask more of it than
+/// [`Backend`]; this is the one place that names each backend).
+macro_rules! with_backend {
+    ($args:expr, |$be:ident| $body:expr) => {{
         match crate::cmd::pick_device($args)? {
             crate::cmd::Picked::Cpu => {
-                let $engine = crate::cmd::load_engine(turbospark_cpu::Cpu, $args)?;
+                let $be = turbospark_cpu::Cpu;
                 $body
             }
             #[cfg(feature = "cuda")]
             crate::cmd::Picked::Cuda(cuda) => {
-                let $engine = crate::cmd::load_engine(*cuda, $args)?;
+                let $be = *cuda;
                 $body
             }
         }
     }};
 }
+pub(crate) use with_backend;
+
+/// Loads the model in `args` on the picked device and evaluates `$body`
+/// with `$engine: Engine<_>` of that backend (subcommands are generic over
+/// the backend).
+macro_rules! with_engine {
+    ($args:expr, |$engine:ident| $body:expr) => {
+        crate::cmd::with_backend!($args, |be| {
+            let $engine = crate::cmd::load_engine(be, $args)?;
+            $body
+        })
+    };
+}
 pub(crate) use with_engine;
 
-/// Loads the model for any subcommand that runs one, with a progress bar.
-pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engine<B>> {
+/// `--threads`: sizes rayon's global pool. Call before anything runs on it.
+pub fn init_threads(args: &ModelArgs) {
     if let Some(n) = args.threads {
         // Fails only if a pool already exists, which cannot happen this early.
         let _ = rayon::ThreadPoolBuilder::new()
             .num_threads(n.max(1))
             .build_global();
     }
-    let dir = args.dir();
-    let name = dir.display().to_string();
-    let bar = LoadBar::new(&name);
-    let opts = LoadOptions {
+}
+
+/// `--quant` as load options.
+pub fn load_options(args: &ModelArgs) -> LoadOptions {
+    LoadOptions {
         quant: args.quant.map(|q| match q {
             QuantArg::Int8 => Quant::Int8,
             QuantArg::Int4 => Quant::Int4,
         }),
-    };
+    }
+}
+
+/// Loads the model for any subcommand that runs one, with a progress bar.
+pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engine<B>> {
+    init_threads(args);
+    let dir = args.dir();
+    let name = dir.display().to_string();
+    let bar = LoadBar::new(&name);
+    let opts = load_options(args);
     let engine = Engine::load_with(be, &dir, opts, &|done, total| bar.update(done, total))?;
     bar.finish();
     Ok(engine)

@@ -1,0 +1,148 @@
+//! Tensor-core flash attention for prefill (kernels/flash_attention.cu):
+//! many query rows over the ring KV store of [`crate::attention`], with the
+//! same semantics as its split-KV kernels (visibility, GQA, scale, softcap
+//! before the mask, sinks in the denominator only).
+//!
+//! One block computes 64 query rows of one head with bf16 `mma.sync`
+//! operands and f32 accumulation: the documented precision trade of the
+//! prefill path (bf16 rounds q, k, the probabilities and v to 8
+//! significant bits; outputs differ from the f32 split-KV kernels by about
+//! 2.5e-3 of their rms per element). Supported head dims are
+//! those of [`flash_supported`]; callers use the split-KV kernels for the
+//! others and for decode.
+//!
+//! This module owns the launch of the flash kernels; it must not decide
+//! when flash attention is used (the caller does), must not read positions
+//! on the host or synchronise with it (the launch geometry depends only on
+//! the row count and head count, so a recorded graph stays valid for any
+//! later positions), and must not own the KV store.
+
+use cudarc::driver::CudaSlice;
+use turbospark_backend::AttnParams;
+use turbospark_format::AttnSpan;
+
+use crate::attention::CudaKv;
+use crate::kernels::Arg;
+use crate::weight::CudaWeight;
+use crate::{Cuda, CudaTensor};
+
+/// Query rows per block (4 warps × 16 rows); must match `FA_ROWS` in
+/// kernels/flash_attention.cu.
+const ROWS_PER_BLOCK: usize = 64;
+/// Threads per block; must match `FA_THREADS`.
+const THREADS: u32 = 128;
+
+/// Whether the flash kernel handles `head_dim` (a kernel is instantiated
+/// for each of these).
+pub fn flash_supported(head_dim: usize) -> bool {
+    matches!(head_dim, 64 | 128 | 256)
+}
+
+/// Attention of the `n` rows of `q` (`[n, heads·head_dim]`), at the
+/// positions held in device memory at `positions` (`u32[n]`), over `kv`,
+/// into `out` (same shape as `q`). Panics when `p.head_dim` is not
+/// [`flash_supported`].
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention(
+    be: &Cuda,
+    q: &CudaTensor,
+    kv: &CudaKv,
+    positions: u64,
+    n: usize,
+    p: &AttnParams,
+    sinks: Option<&CudaWeight>,
+    out: &mut CudaTensor,
+) {
+    let (hd, heads) = (p.head_dim, p.num_heads);
+    assert!(
+        flash_supported(hd),
+        "flash_attention: head_dim {hd} is not supported (64, 128, 256)"
+    );
+    assert_eq!(
+        (q.rows, q.cols),
+        (n, heads * hd),
+        "flash_attention: q is not [{n}, {heads}·{hd}]"
+    );
+    assert_eq!(
+        (out.rows, out.cols),
+        (q.rows, q.cols),
+        "flash_attention: out differs from q"
+    );
+    assert!(
+        p.num_kv_heads > 0 && heads % p.num_kv_heads == 0,
+        "flash_attention: {heads} heads over {} KV heads",
+        p.num_kv_heads
+    );
+    assert!(
+        p.num_kv_heads * hd <= kv.spec.kv_dim,
+        "flash_attention: KV rows are too narrow"
+    );
+    assert!(
+        heads <= 65_535,
+        "flash_attention: {heads} heads (grid y is at most 65535)"
+    );
+    if n == 0 || heads == 0 {
+        return;
+    }
+    let window = match p.span {
+        AttnSpan::Full => 0,
+        AttnSpan::Sliding { window } => {
+            assert!(window > 0, "flash_attention: a sliding window of 0");
+            window as i64
+        }
+    };
+    let (sink_ptr, sink_dt) = match sinks {
+        Some(s) => {
+            assert_eq!(
+                s.numel(),
+                heads,
+                "flash_attention: {} sinks for {heads} heads",
+                s.numel()
+            );
+            s.dense_ptr(be, "sinks")
+        }
+        None => (0, 0),
+    };
+    let f = match hd {
+        64 => &be.k.flash_attn_hd64,
+        128 => &be.k.flash_attn_hd128,
+        _ => &be.k.flash_attn_hd256,
+    };
+    be.launch(
+        f,
+        (n.div_ceil(ROWS_PER_BLOCK) as u32, heads as u32, 1),
+        THREADS,
+        &[
+            Arg::Ptr(be.ptr(&out.data)),
+            Arg::Ptr(be.ptr(&q.data)),
+            Arg::Ptr(be.ptr(&kv.k)),
+            Arg::Ptr(be.ptr(&kv.v)),
+            Arg::Ptr(be.ptr(&kv.slot_pos)),
+            Arg::Ptr(positions),
+            Arg::Ptr(sink_ptr),
+            Arg::I32(sink_dt),
+            Arg::U32(n as u32),
+            Arg::U32(heads as u32),
+            Arg::U32((heads / p.num_kv_heads) as u32),
+            Arg::U32(kv.spec.kv_dim as u32),
+            Arg::U32(kv.spec.capacity as u32),
+            Arg::F32(p.scale),
+            Arg::F32(p.softcap.unwrap_or(0.0)),
+            Arg::I64(window),
+        ],
+    );
+}
+
+impl Cuda {
+    /// A device copy of `v` (one zero element when `v` is empty), e.g. the
+    /// positions [`flash_attention`] reads.
+    pub fn upload_u32(&self, v: &[u32]) -> CudaSlice<u32> {
+        self.upload_slice(v)
+    }
+
+    /// The device address of `s`, for the raw-pointer arguments of
+    /// [`flash_attention`].
+    pub fn device_ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        self.ptr(s)
+    }
+}

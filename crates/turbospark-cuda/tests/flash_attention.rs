@@ -1,0 +1,311 @@
+//! The tensor-core flash-attention prefill kernel
+//! (`turbospark_cuda::flash_attention`) against the CPU reference attention
+//! (`turbospark_cpu::Cpu`) on random inputs: head_dim 64, 128 and 256, GQA
+//! 4:1, 2:1 and 1:1, 1, 17, 64 and 200 query rows at positions continuing
+//! after earlier cached rows, full and sliding spans, softcap, f32 and bf16
+//! sinks, and rings that have wrapped (capacity < largest position + 1).
+//! Both stores are filled through `Backend::kv_write` with the same rows.
+//!
+//! Tolerance, per call: max |Δ| ≤ 2e-2 · rms(reference), no NaN where the
+//! reference has none. The kernel multiplies bf16 operands (q, k, the
+//! probabilities p and v; f32 accumulation), the documented precision trade
+//! of the prefill path. bf16 keeps 8 significant bits (unit roundoff 2^-8),
+//! so each p_j and v_j carries a relative error of up to 2^-8 (≈ 2^-8/√3
+//! rms) and the scores an absolute one of about 2^-8 · scale · |q|·|k|.
+//! In the weighted average Σ p_j v_j / Σ p_j these errors are independent
+//! and average out like the values do, so the output error per element is
+//! ≈ 2.5e-3 · rms(output), and the maximum over the ~10^5 outputs of a
+//! 200-row call lies near 5 of those: in an emulation of the kernel's
+//! rounding on inputs of these shapes, max|Δ|/rms had mean 1.25e-2 and
+//! standard deviation 1e-3 over 40 draws, so 2e-2 sits 7 deviations out,
+//! while a fragment-layout or masking mistake shows up as an O(1) error.
+//! That needs the rows of a call to see similar numbers of keys: a row
+//! with few keys has a larger output (and error) than the rms over all
+//! rows, so each sequence caches a long prefix (or a window) before its
+//! query rows (with 37 cached rows before 200 queries the mean would be
+//! 1.7e-2).
+//!
+//! Without a CUDA device each GPU test prints "skipped: no CUDA device" and
+//! passes.
+
+use turbospark_backend::{AttnParams, Backend, KvSpec};
+use turbospark_cpu::{Cpu, CpuKv, CpuTensor, CpuWeight};
+use turbospark_cuda::flash_attention::{flash_attention, flash_supported};
+use turbospark_cuda::{Cuda, CudaKv, CudaWeight};
+use turbospark_format::{AttnSpan, DType, HostTensor};
+
+/// bf16 operands, f32 accumulation (see the module comment).
+const BF16_TOL: f32 = 2e-2;
+
+fn gpu() -> Option<Cuda> {
+    match Cuda::new() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// xorshift64*: reproducible inputs without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in [−scale, scale).
+    fn f32(&mut self, scale: f32) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(scale)).collect()
+    }
+}
+
+/// The same sink logits on both backends, stored as `dtype`.
+fn sinks(g: &Cuda, values: &[f32], dtype: DType) -> (CpuWeight, CudaWeight) {
+    let bytes: Vec<u8> = match dtype {
+        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::BF16 => values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect(),
+        _ => unreachable!("sinks are f32 or bf16 here"),
+    };
+    let t = HostTensor {
+        name: "sinks",
+        dtype,
+        shape: &[values.len()],
+        bytes: &bytes,
+    };
+    (Cpu.upload(&t).unwrap(), g.upload(&t).unwrap())
+}
+
+/// max |got − want| / rms(want); NaN where either has a NaN the other lacks.
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    if got.iter().zip(want).any(|(a, b)| a.is_nan() != b.is_nan()) {
+        return f32::NAN;
+    }
+    let rms =
+        (want.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / want.len().max(1) as f64).sqrt();
+    let max = got
+        .iter()
+        .zip(want)
+        .filter(|(a, _)| !a.is_nan())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    if max == 0.0 {
+        0.0
+    } else {
+        max / rms.max(1e-30) as f32
+    }
+}
+
+/// Writes `n` rows of random K and V (U[−1, 1)) at the next positions
+/// (from `*pos`) into both stores; returns those positions.
+fn write_kv(
+    g: &Cuda,
+    rng: &mut Rng,
+    kvs: &mut (CpuKv, CudaKv),
+    pos: &mut u32,
+    n: usize,
+) -> Vec<u32> {
+    let kv_dim = kvs.0.spec.kv_dim;
+    let positions: Vec<u32> = (*pos..*pos + n as u32).collect();
+    *pos += n as u32;
+    let tokens = vec![0u32; n];
+    let (k, v) = (rng.vec(n * kv_dim, 1.0), rng.vec(n * kv_dim, 1.0));
+    let (gk, gv) = (
+        g.upload_tensor(&k, n, kv_dim),
+        g.upload_tensor(&v, n, kv_dim),
+    );
+    let ck = CpuTensor {
+        data: k,
+        rows: n,
+        cols: kv_dim,
+    };
+    let cv = CpuTensor {
+        data: v,
+        rows: n,
+        cols: kv_dim,
+    };
+    Cpu.kv_write(&mut kvs.0, &ck, &cv, &Cpu.batch(&tokens, &positions));
+    g.kv_write(&mut kvs.1, &gk, &gv, &g.batch(&tokens, &positions));
+    positions
+}
+
+/// One sequence: `prefix` rows are cached first (written only), then each
+/// chunk of `chunks` rows is written to both stores and attended to, on the
+/// CPU with `Backend::attention` and on the GPU with `flash_attention`.
+/// q ~ U[−2, 2), k, v ~ U[−1, 1).
+fn flash_run(
+    g: &Cuda,
+    rng: &mut Rng,
+    p: AttnParams,
+    capacity: usize,
+    prefix: usize,
+    chunks: &[usize],
+    sink_dtype: Option<DType>,
+) {
+    assert!(flash_supported(p.head_dim));
+    let kv_dim = p.num_kv_heads * p.head_dim;
+    let q_dim = p.num_heads * p.head_dim;
+    let spec = KvSpec { capacity, kv_dim };
+    let mut kvs = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+    let s = sink_dtype.map(|dt| sinks(g, &rng.vec(p.num_heads, 2.0), dt));
+    let mut pos = 0u32;
+    let mut cached = 0;
+    while cached < prefix {
+        let n = (prefix - cached).min(64);
+        write_kv(g, rng, &mut kvs, &mut pos, n);
+        cached += n;
+    }
+    for &n in chunks {
+        let positions = write_kv(g, rng, &mut kvs, &mut pos, n);
+        let qv = rng.vec(n * q_dim, 2.0);
+        let cq = CpuTensor {
+            data: qv.clone(),
+            rows: n,
+            cols: q_dim,
+        };
+        let gq = g.upload_tensor(&qv, n, q_dim);
+        let mut c = Cpu.tensor(n, q_dim);
+        let cb = Cpu.batch(&vec![0u32; n], &positions);
+        Cpu.attention(&cq, &kvs.0, &cb, &p, s.as_ref().map(|s| &s.0), &mut c);
+
+        let dev_pos = g.upload_u32(&positions);
+        let mut o = g.tensor(n, q_dim);
+        flash_attention(
+            g,
+            &gq,
+            &kvs.1,
+            g.device_ptr(&dev_pos),
+            n,
+            &p,
+            s.as_ref().map(|s| &s.1),
+            &mut o,
+        );
+        let got = g.to_host(&o);
+        let err = rel_err(&got, &c.data);
+        let (first, last) = (positions[0], positions[n - 1]);
+        assert!(
+            err <= BF16_TOL,
+            "flash attention {p:?} capacity {capacity} at positions {first}..={last} \
+             sinks {sink_dtype:?}: max|Δ|/rms = {err} > {BF16_TOL}"
+        );
+    }
+}
+
+#[test]
+fn flash_supports_64_128_256_only() {
+    for hd in [64, 128, 256] {
+        assert!(flash_supported(hd), "{hd}");
+    }
+    for hd in [0, 8, 16, 32, 80, 96, 100, 112, 192, 512] {
+        assert!(!flash_supported(hd), "{hd}");
+    }
+}
+
+#[test]
+fn flash_attention_full_span_gqa_and_mha() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(21);
+    for head_dim in [64, 128] {
+        // GQA 4:1 and 1:1.
+        for (heads, kv_heads) in [(8, 2), (4, 4)] {
+            let p = AttnParams {
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                span: AttnSpan::Full,
+                softcap: None,
+            };
+            // 300 cached rows, then 1, 17, 64 and 200 query rows (a
+            // capacity that is not a multiple of the 64-slot tile).
+            flash_run(&g, &mut rng, p, 600, 300, &[1, 17, 64, 200], None);
+        }
+    }
+}
+
+#[test]
+fn flash_attention_sliding_softcap_sinks_wrapped_ring() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(22);
+    for head_dim in [64, 128] {
+        for (sink_dtype, softcap) in [(Some(DType::F32), None), (Some(DType::BF16), Some(2.0))] {
+            let p = AttnParams {
+                num_heads: 8,
+                num_kv_heads: 2,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                span: AttnSpan::Sliding { window: 48 },
+                softcap,
+            };
+            // Ring of window + largest chunk slots: positions reach 381, so
+            // it has wrapped before the last chunks.
+            flash_run(&g, &mut rng, p, 248, 100, &[1, 17, 64, 200], sink_dtype);
+            // A small window in a small ring that wraps many times, 1:1.
+            let small = AttnParams {
+                num_heads: 4,
+                num_kv_heads: 4,
+                span: AttnSpan::Sliding { window: 16 },
+                ..p
+            };
+            flash_run(
+                &g,
+                &mut rng,
+                small,
+                80,
+                37,
+                &[17, 1, 64, 64, 33],
+                sink_dtype,
+            );
+        }
+        // Softcap without sinks on a full span whose ring has wrapped
+        // (positions up to 863 in 500 slots: each row sees 301 to 500 keys).
+        let p = AttnParams {
+            num_heads: 4,
+            num_kv_heads: 1,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            span: AttnSpan::Full,
+            softcap: Some(3.0),
+        };
+        flash_run(&g, &mut rng, p, 500, 600, &[64, 200], None);
+    }
+}
+
+#[test]
+fn flash_attention_head_dim_256() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(23);
+    let p = AttnParams {
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 256,
+        scale: 0.0625,
+        span: AttnSpan::Full,
+        softcap: None,
+    };
+    flash_run(
+        &g,
+        &mut rng,
+        p,
+        400,
+        200,
+        &[1, 17, 64, 100],
+        Some(DType::F32),
+    );
+    let sliding = AttnParams {
+        span: AttnSpan::Sliding { window: 40 },
+        softcap: Some(2.0),
+        ..p
+    };
+    flash_run(&g, &mut rng, sliding, 104, 70, &[17, 64], Some(DType::BF16));
+}
