@@ -176,6 +176,20 @@ pub trait Backend: Send + Sync {
         bias: Option<&Self::Weight>,
         out: &mut Self::Tensor,
     );
+    /// `outs[i] = x · parts[i].0ᵀ (+ parts[i].1)` for several weights that
+    /// read the same input (q, k and v; gate and up): one pass where the
+    /// backend can.
+    fn linears(
+        &self,
+        x: &Self::Tensor,
+        parts: &[(&Self::Weight, Option<&Self::Weight>)],
+        outs: &mut [&mut Self::Tensor],
+    ) {
+        assert_eq!(parts.len(), outs.len(), "linears: one output per weight");
+        for (&(w, bias), out) in parts.iter().zip(outs.iter_mut()) {
+            self.linear(x, w, bias, out);
+        }
+    }
     /// `x += y`.
     fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor);
     /// `x += y`, then `out = rms_norm(x)`: the residual add and the norm

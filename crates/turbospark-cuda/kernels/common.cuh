@@ -44,6 +44,18 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
     return r;
 }
 
+__device__ __forceinline__ u32 ld_stream_u32(const void* p) {
+    u32 r;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ uint2 ld_stream_u64(const void* p) {
+    uint2 r;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+
 // Element `i` of a dense weight of dtype `dt`, as f32 (small vectors: norm
 // weights, biases, sinks, embedding rows).
 __device__ __forceinline__ float load_w(const void* w, int dt, u64 i) {

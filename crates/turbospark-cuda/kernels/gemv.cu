@@ -21,6 +21,40 @@
 // registers, so occupancy stays high. Weights go through the non-caching read-only path (`ld_stream`);
 // x is re-read from L1 by every warp.
 #define GEMV_MAX_X 4
+#define GEMV_MAX_SEGS 3
+
+// Up to GEMV_MAX_SEGS matrices with the same input width and format, one
+// launch for all (a layer's q, k and v; gate and up): their rows are laid
+// end to end, each segment padded to a multiple of the rows a warp takes,
+// so small matrices share the GPU instead of each leaving it half idle.
+// `scales` is only read by the grouped formats; a null bias is none.
+// Must match `GemvSegs` in src/linear.rs.
+struct GemvSegs {
+    const void* w[GEMV_MAX_SEGS];
+    const void* scales[GEMV_MAX_SEGS];
+    const void* bias[GEMV_MAX_SEGS];
+    float* out[GEMV_MAX_SEGS];
+    u32 m[GEMV_MAX_SEGS];
+    u32 count;
+};
+
+// The segment holding virtual row `v` (segments padded to `align` rows)
+// and the row within it; false past the last segment.
+__device__ __forceinline__ bool seg_of(const GemvSegs& sg, u32 v, u32 align, u32& seg, u32& r) {
+#pragma unroll
+    for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
+        if (i < sg.count) {
+            const u32 span = (sg.m[i] + align - 1) / align * align;
+            if (v < span) {
+                seg = i;
+                r = v;
+                return true;
+            }
+            v -= span;
+        }
+    }
+    return false;
+}
 
 // A dense dtype's 8-value chunk: WORDS 16-byte words, fetched raw and
 // widened exactly to f32 when used.
@@ -89,26 +123,36 @@ __device__ __forceinline__ float dot8(const float* w, const float* x) {
 // is. `valid` is false past the last row (such warps still take part in
 // the block's shared-memory exchange).
 struct GemvRow {
-    u32 r, part, wpr, lane;
+    u32 r, part, wpr, lane, m;
+    const void* w;
+    const void* bias;
+    float* out;
     bool valid;
 };
 
-__device__ __forceinline__ GemvRow gemv_row(u32 wpr, u32 m) {
+__device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr) {
     GemvRow g;
     const u32 warp = threadIdx.x >> 5;
     g.lane = threadIdx.x & 31u;
     g.wpr = wpr;
     g.part = warp % wpr;
-    g.r = blockIdx.y * ((blockDim.x >> 5) / wpr) + warp / wpr;
-    g.valid = g.r < m;
+    u32 seg = 0, r = 0;
+    g.valid = seg_of(sg, blockIdx.y * ((blockDim.x >> 5) / wpr) + warp / wpr, 1, seg, r);
+    g.r = r;
+    g.m = sg.m[seg];
+    g.w = sg.w[seg];
+    g.bias = sg.bias[seg];
+    g.out = sg.out[seg];
     return g;
 }
 
 // Sums each x row's partials over the lanes and the row's W warps (in warp
 // order) and writes them (with the bias) from the row's first lane.
-__device__ __forceinline__ void gemv_store(float* out, float* acc, const void* bias,
-                                           int bias_dt, u64 e, u32 job, u32 nx, u32 m,
+__device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 job, u32 nx,
                                            const GemvRow& g) {
+    float* out = g.out;
+    const void* bias = g.bias;
+    const u32 m = g.m;
     __shared__ float part[8][GEMV_MAX_X];
 #pragma unroll
     for (u32 t = 0; t < GEMV_MAX_X; t++) acc[t] = warp_sum(acc[t]);
@@ -140,10 +184,12 @@ __device__ __forceinline__ void gemv_store(float* out, float* acc, const void* b
 }
 
 template <int DT>
-__device__ __forceinline__ void gemv_dense(float* out, const float* x, const void* w,
-                                           const void* bias, int bias_dt, const int* experts,
-                                           u32 nx, u32 x_div, u32 k, u32 m, u32 wpr) {
-    const GemvRow g = gemv_row(wpr, m);
+__device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, int bias_dt,
+                                           const int* experts, u32 nx, u32 x_div, u32 k,
+                                           u32 wpr) {
+    const GemvRow g = gemv_row(sg, wpr);
+    const void* w = g.w;
+    const u32 m = g.m;
     const u32 job = blockIdx.x;
     const u64 e = experts ? (u64)experts[job] : 0;
     const u64 wrow = (e * m + (g.valid ? g.r : 0)) * k;
@@ -188,65 +234,84 @@ __device__ __forceinline__ void gemv_dense(float* out, const float* x, const voi
             }
         }
     }
-    gemv_store(out, acc, bias, bias_dt, e, job, nx, m, g);
+    gemv_store(acc, bias_dt, e, job, nx, g);
 }
 
-#define GEMV_ARGS                                                                         \
-    float *out, const float *x, const void *w, const void *bias, int bias_dt,            \
-        const int *experts, u32 nx, u32 x_div, u32 k, u32 m, u32 wpr
-#define GEMV_PASS out, x, w, bias, bias_dt, experts, nx, x_div, k, m, wpr
+#define GEMV_ARGS \
+    GemvSegs sg, const float *x, int bias_dt, const int *experts, u32 nx, u32 x_div, u32 k, u32 wpr
+#define GEMV_PASS sg, x, bias_dt, experts, nx, x_div, k, wpr
 
 extern "C" __global__ void gemv_f32(GEMV_ARGS) { gemv_dense<DT_F32>(GEMV_PASS); }
 extern "C" __global__ void gemv_bf16(GEMV_ARGS) { gemv_dense<DT_BF16>(GEMV_PASS); }
 extern "C" __global__ void gemv_f16(GEMV_ARGS) { gemv_dense<DT_F16>(GEMV_PASS); }
 
-// Grouped formats: 32 values per group, each group's dot product summed
-// unscaled (in four 8-value dot8 steps) and then multiplied by the group's
-// scale (the CPU's order). Each lane takes whole groups: it fetches the raw
-// code words and scales of UNROLL groups, then widens one group at a
-// time (rows are whole groups, so the words are 16-byte aligned).
+// Grouped formats (MXFP4, int8, int4): 32 values and one scale per group.
+// A weight byte here stands for 2-4 values, so x (f32) is 8-16 times the
+// bytes of the weights it meets: reading x is what limits these kernels
+// unless it is shared. Layout: each warp computes GR = 4 rows at once and
+// four lanes share a group, each taking 8 of its values (a 4-byte word of
+// MXFP4/int4 codes, 8 bytes of int8), so the warp's x reads are contiguous
+// (coalesced) and each x value loaded is used for GR rows. A block is 8
+// warps; W = `wpr` warps split a row quad's groups round-robin and meet in
+// shared memory. Per lane: acc += scale · (8-value dot) — the CPU sums a
+// group unscaled before scaling, so results differ by rounding order only.
+#define GR 4
 
-// MXFP4: one 16-byte word a group (byte j holds values 2j, low nibble, and
-// 2j + 1, high nibble) and one E8M0 scale byte.
+// Widening codes to f32 without int-to-float conversions, which run at a
+// quarter of the FMA rate and would bound these kernels: a small integer
+// n placed in the mantissa of 2^23 (bits 0x4B000000 | n) is the float
+// 2^23 + n, and one exact subtraction leaves n.
+#define MAGIC 8388608.0f  // 2^23
+
+// MXFP4: 16 bytes of E2M1 codes a group (byte j: values 2j low nibble,
+// 2j + 1 high nibble), one E8M0 scale byte. A code is a sign bit and a
+// 3-bit magnitude index into {0, .5, 1, 1.5, 2, 3, 4, 6}; twice those are
+// the bytes {0, 1, 2, 3, 4, 6, 8, 12}, which one byte-permute looks up for
+// four codes at once. `widen` returns twice each value (exact), and
+// `scale` returns half the E8M0 scale (exact: a power of two), so each
+// product is the same float.
 struct Mxfp4 {
-    static constexpr int WORDS = 1;
-    static constexpr int UNROLL = 8;
-    static __device__ __forceinline__ void fetch(const u8* codes, u64 group, uint4* r) {
-        r[0] = ld_stream((const uint4*)codes + group);
+    typedef u32 Word;
+    static constexpr int UNROLL = 4;
+    static __device__ __forceinline__ Word fetch(const u8* codes, u64 group, u32 sub) {
+        return ld_stream_u32((const u32*)codes + group * 4 + sub);
     }
-    // The 8 values of 32-bit word `j` (0..3) of the group: values 8j..8j+7.
-    static __device__ __forceinline__ void widen8(const uint4* r, int j, float* o) {
-        const u32 q = j == 0 ? r[0].x : j == 1 ? r[0].y : j == 2 ? r[0].z : r[0].w;
+    static __device__ __forceinline__ void widen(Word q, float* o) {
+        const u32 twice_lo = 0x03020100u, twice_hi = 0x0C080604u;
+        const u32 mags[2] = {__byte_perm(twice_lo, twice_hi, q & 0x7777u),
+                             __byte_perm(twice_lo, twice_hi, (q >> 16) & 0x7777u)};
 #pragma unroll
-        for (int b = 0; b < 4; b++) {
-            const u32 byte = (q >> (8 * b)) & 0xffu;
-            o[2 * b] = e2m1(byte & 15u);
-            o[2 * b + 1] = e2m1(byte >> 4);
+        for (int i = 0; i < 8; i++) {
+            // Bytes [magnitude, 0, 0, 0x4B]: the float 2^23 + magnitude.
+            const u32 bits = __byte_perm(mags[i >> 2], 0x4B000000u, 0x7440u | (i & 3));
+            const float twice = __uint_as_float(bits) - MAGIC;
+            const u32 sign = (q << (28 - 4 * i)) & 0x80000000u;  // code bit 3
+            o[i] = __uint_as_float(__float_as_uint(twice) | sign);
         }
     }
     static __device__ __forceinline__ float scale(const void* scales, u64 group) {
-        return e8m0(((const u8*)scales)[group]);
+        const u32 s = ((const u8*)scales)[group];
+        // Half of e8m0(s): 2^(s − 128), exactly (s = 0 is 2^−128; 255
+        // stays inf, as e8m0 has it).
+        if (s == 255) return e8m0(s);
+        return s == 0 ? __uint_as_float(0x00200000u)
+                      : s == 1 ? __uint_as_float(0x00400000u) : __uint_as_float((s - 1) << 23);
     }
 };
 
-// Int8 (weight-only --quant): two 16-byte words a group of signed codes,
-// one f32 scale.
+// Int8 (weight-only --quant): 32 signed bytes a group, one f32 scale.
 struct Q8 {
-    static constexpr int WORDS = 2;
+    typedef uint2 Word;
     static constexpr int UNROLL = 4;
-    static __device__ __forceinline__ void fetch(const u8* codes, u64 group, uint4* r) {
-        const uint4* p = (const uint4*)codes + 2 * group;
-        r[0] = ld_stream(p);
-        r[1] = ld_stream(p + 1);
+    static __device__ __forceinline__ Word fetch(const u8* codes, u64 group, u32 sub) {
+        return ld_stream_u64((const uint2*)codes + group * 4 + sub);
     }
-    // Values 8j..8j+7: 32-bit words 2j and 2j + 1 of the group.
-    static __device__ __forceinline__ void widen8(const uint4* r, int j, float* o) {
-        const uint4 u = r[j >> 1];
-        const u32 a = (j & 1) ? u.z : u.x, b = (j & 1) ? u.w : u.y;
+    static __device__ __forceinline__ void widen(Word q, float* o) {
+        // Byte b holds the code c = b − 256·[b ≥ 128]; b ^ 0x80 = c + 128.
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            o[i] = (float)(signed char)((a >> (8 * i)) & 0xffu);
-            o[4 + i] = (float)(signed char)((b >> (8 * i)) & 0xffu);
+            o[i] = __uint_as_float(((q.x >> (8 * i)) & 0xffu) ^ 0x4B000080u) - (MAGIC + 128.0f);
+            o[4 + i] = __uint_as_float(((q.y >> (8 * i)) & 0xffu) ^ 0x4B000080u) - (MAGIC + 128.0f);
         }
     }
     static __device__ __forceinline__ float scale(const void* scales, u64 group) {
@@ -254,21 +319,19 @@ struct Q8 {
     }
 };
 
-// Int4 (weight-only --quant): one 16-byte word a group of value + 8 codes
-// (low nibble first), one f32 scale.
+// Int4 (weight-only --quant): 16 bytes a group of value + 8 codes (low
+// nibble first), one f32 scale.
 struct Q4 {
-    static constexpr int WORDS = 1;
-    static constexpr int UNROLL = 8;
-    static __device__ __forceinline__ void fetch(const u8* codes, u64 group, uint4* r) {
-        r[0] = ld_stream((const uint4*)codes + group);
+    typedef u32 Word;
+    static constexpr int UNROLL = 4;
+    static __device__ __forceinline__ Word fetch(const u8* codes, u64 group, u32 sub) {
+        return ld_stream_u32((const u32*)codes + group * 4 + sub);
     }
-    static __device__ __forceinline__ void widen8(const uint4* r, int j, float* o) {
-        const u32 q = j == 0 ? r[0].x : j == 1 ? r[0].y : j == 2 ? r[0].z : r[0].w;
+    static __device__ __forceinline__ void widen(Word q, float* o) {
+        // Nibble i is value i: the float 2^23 + n, less 2^23 + 8.
 #pragma unroll
-        for (int b = 0; b < 4; b++) {
-            const u32 byte = (q >> (8 * b)) & 0xffu;
-            o[2 * b] = (float)((int)(byte & 15u) - 8);
-            o[2 * b + 1] = (float)((int)(byte >> 4) - 8);
+        for (int i = 0; i < 8; i++) {
+            o[i] = __uint_as_float(((q >> (4 * i)) & 0xfu) | 0x4B000000u) - (MAGIC + 8.0f);
         }
     }
     static __device__ __forceinline__ float scale(const void* scales, u64 group) {
@@ -276,67 +339,138 @@ struct Q4 {
     }
 };
 
-// acc[t] += scale · Σ_{32 values} w · x[t] for one fetched group.
+// acc[i][t] += s[i] · Σ_{8 values} w_i · x_t for one step of one lane.
 template <class F>
-__device__ __forceinline__ void group_dot(const uint4* raw, float s, const float* xb, u32 nx,
-                                          u64 k, u64 col, float* acc) {
-    float b[GEMV_MAX_X] = {0.0f, 0.0f, 0.0f, 0.0f};
+__device__ __forceinline__ void grouped_step(const typename F::Word* raw, const float* s,
+                                             const float* xp, u32 nx, u64 k,
+                                             float (*acc)[GEMV_MAX_X]) {
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float wv[8];
-        F::widen8(raw, j, wv);
+    for (u32 t = 0; t < GEMV_MAX_X; t++) {
+        if (t < nx) {
+            const float4 a = ((const float4*)(xp + t * k))[0];
+            const float4 b = ((const float4*)(xp + t * k))[1];
+            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-        for (u32 t = 0; t < GEMV_MAX_X; t++) {
-            if (t < nx) b[t] += dot8(wv, xb + t * k + col + 8 * j);
+            for (int i = 0; i < GR; i++) {
+                float wv[8];
+                F::widen(raw[i], wv);
+                float d = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) d += wv[j] * xv[j];
+                acc[i][t] += s[i] * d;
+            }
         }
     }
-#pragma unroll
-    for (u32 t = 0; t < GEMV_MAX_X; t++) acc[t] += b[t] * s;
 }
 
 template <class F>
-__device__ __forceinline__ void gemv_grouped(float* out, const float* x, const u8* codes,
-                                             const void* scales, const void* bias, int bias_dt,
+__device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x, int bias_dt,
                                              const int* experts, u32 nx, u32 x_div, u32 k,
-                                             u32 m, u32 wpr) {
-    const GemvRow g = gemv_row(wpr, m);
+                                             u32 wpr) {
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const u32 part = warp % wpr;
+    // This warp's quad of rows: rows r0 .. r0 + GR of segment `seg` (none
+    // past the last segment: then r0 = m and nothing is computed).
+    u32 seg = 0, r0 = 0;
+    const bool any = seg_of(sg, (blockIdx.y * ((blockDim.x >> 5) / wpr) + warp / wpr) * GR, GR,
+                            seg, r0);
+    const u32 m = sg.m[seg];
+    if (!any) r0 = m;
+    const u8* codes = (const u8*)sg.w[seg];
+    const void* scales = sg.scales[seg];
+    const void* bias = sg.bias[seg];
+    float* out = sg.out[seg];
     const u32 job = blockIdx.x;
     const u64 e = experts ? (u64)experts[job] : 0;
-    const u32 groups = k / 32;
-    const u64 g0 = (e * m + (g.valid ? g.r : 0)) * groups;  // the row's first group
+    const u32 groups = k / 32, sub = lane & 3u;
     const float* xb = x + (u64)(job / x_div) * nx * k;
-    float acc[GEMV_MAX_X] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (g.valid) {
-        const u32 step = 32 * wpr;
-        u32 q = g.part * 32 + g.lane;
+    // Each of the GR rows' first group; rows past m read the last row
+    // (their sums are never stored).
+    u64 g0[GR];
+#pragma unroll
+    for (int i = 0; i < GR; i++) g0[i] = (e * m + min(r0 + i, m - 1)) * groups;
+    float acc[GR][GEMV_MAX_X];
+#pragma unroll
+    for (int i = 0; i < GR; i++) {
+#pragma unroll
+        for (u32 t = 0; t < GEMV_MAX_X; t++) acc[i][t] = 0.0f;
+    }
+    if (r0 < m) {
+        const u32 step = 8 * wpr;  // groups a step of the row quad's warps covers
+        u32 q = part * 8 + (lane >> 2);
         constexpr int U = F::UNROLL;
         for (; q + (U - 1) * step < groups; q += U * step) {
-            uint4 raw[U][F::WORDS];
-            float s[U];
+            typename F::Word raw[U][GR];
+            float s[U][GR];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                F::fetch(codes, g0 + q + u * step, raw[u]);
-                s[u] = F::scale(scales, g0 + q + u * step);
+#pragma unroll
+                for (int i = 0; i < GR; i++) {
+                    raw[u][i] = F::fetch(codes, g0[i] + q + u * step, sub);
+                    s[u][i] = F::scale(scales, g0[i] + q + u * step);
+                }
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                group_dot<F>(raw[u], s[u], xb, nx, k, (u64)(q + u * step) * 32, acc);
+                grouped_step<F>(raw[u], s[u], xb + (u64)(q + u * step) * 32 + 8 * sub, nx, k, acc);
             }
         }
         for (; q < groups; q += step) {
-            uint4 raw[F::WORDS];
-            F::fetch(codes, g0 + q, raw);
-            group_dot<F>(raw, F::scale(scales, g0 + q), xb, nx, k, (u64)q * 32, acc);
+            typename F::Word raw[GR];
+            float s[GR];
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+                raw[i] = F::fetch(codes, g0[i] + q, sub);
+                s[i] = F::scale(scales, g0[i] + q);
+            }
+            grouped_step<F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
         }
     }
-    gemv_store(out, acc, bias, bias_dt, e, job, nx, m, g);
+    // Sum over lanes, then over the quad's W warps in warp order.
+    __shared__ float part_sum[8][GR][GEMV_MAX_X];
+#pragma unroll
+    for (int i = 0; i < GR; i++) {
+#pragma unroll
+        for (u32 t = 0; t < GEMV_MAX_X; t++) acc[i][t] = warp_sum(acc[i][t]);
+    }
+    if (wpr > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+#pragma unroll
+                for (u32 t = 0; t < GEMV_MAX_X; t++) part_sum[warp][i][t] = acc[i][t];
+            }
+        }
+        __syncthreads();
+        if (part == 0) {
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+#pragma unroll
+                for (u32 t = 0; t < GEMV_MAX_X; t++) {
+                    float v = part_sum[warp][i][t];
+                    for (u32 w = 1; w < wpr; w++) v += part_sum[warp + w][i][t];
+                    acc[i][t] = v;
+                }
+            }
+        }
+    }
+    if (part != 0 || lane != 0) return;
+#pragma unroll
+    for (int i = 0; i < GR; i++) {
+        const u32 r = r0 + i;
+        if (r >= m) break;
+#pragma unroll
+        for (u32 t = 0; t < GEMV_MAX_X; t++) {
+            if (t < nx) {
+                float v = acc[i][t];
+                if (bias) v += load_w(bias, bias_dt, e * m + r);
+                out[((u64)job * nx + t) * m + r] = v;
+            }
+        }
+    }
 }
 
-#define GEMV_GROUPED_ARGS                                                                   \
-    float *out, const float *x, const u8 *codes, const void *scales, const void *bias,      \
-        int bias_dt, const int *experts, u32 nx, u32 x_div, u32 k, u32 m, u32 wpr
-#define GEMV_GROUPED_PASS out, x, codes, scales, bias, bias_dt, experts, nx, x_div, k, m, wpr
 
-extern "C" __global__ void gemv_mxfp4(GEMV_GROUPED_ARGS) { gemv_grouped<Mxfp4>(GEMV_GROUPED_PASS); }
-extern "C" __global__ void gemv_q8(GEMV_GROUPED_ARGS) { gemv_grouped<Q8>(GEMV_GROUPED_PASS); }
-extern "C" __global__ void gemv_q4(GEMV_GROUPED_ARGS) { gemv_grouped<Q4>(GEMV_GROUPED_PASS); }
+extern "C" __global__ void gemv_mxfp4(GEMV_ARGS) { gemv_grouped<Mxfp4>(GEMV_PASS); }
+extern "C" __global__ void gemv_q8(GEMV_ARGS) { gemv_grouped<Q8>(GEMV_PASS); }
+extern "C" __global__ void gemv_q4(GEMV_ARGS) { gemv_grouped<Q4>(GEMV_PASS); }

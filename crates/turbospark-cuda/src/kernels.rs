@@ -38,6 +38,8 @@ pub enum Arg {
     I64(i64),
     F32(f32),
     Freqs(Box<RopeFreqs>),
+    /// The GEMV kernels' segment table, by value.
+    Segs(Box<crate::linear::GemvSegs>),
 }
 
 macro_rules! kernels {
@@ -101,6 +103,7 @@ pub fn launch(
             Arg::I64(v) => b.arg(v),
             Arg::F32(v) => b.arg(v),
             Arg::Freqs(v) => b.arg(v.as_ref()),
+            Arg::Segs(v) => b.arg(v.as_ref()),
         };
     }
     let cfg = LaunchConfig {

@@ -447,6 +447,15 @@ impl Backend for Cuda {
         linear::linear(self, x, w, bias, out);
     }
 
+    fn linears(
+        &self,
+        x: &CudaTensor,
+        parts: &[(&CudaWeight, Option<&CudaWeight>)],
+        outs: &mut [&mut CudaTensor],
+    ) {
+        linear::linears(self, x, parts, outs);
+    }
+
     fn add(&self, x: &mut CudaTensor, y: &CudaTensor) {
         ops::add(self, x, y);
     }

@@ -44,19 +44,29 @@ use crate::{Cuda, CudaTensor, Precision, ops};
 
 /// Below this many rows of x, weight bandwidth dominates: use the GEMV path.
 pub const GEMM_MIN_ROWS: usize = 4;
-/// Warps per GEMV block (8 / W output rows of W warps each).
+/// Warps per GEMV block.
 const GEMV_WARPS_PER_BLOCK: u32 = 8;
+/// Output rows one warp computes: 1 for dense weights, `GR` = 4 for the
+/// grouped formats (kernels/gemv.cu), which share each x load over 4 rows.
+const fn rows_per_warp(grouped: bool) -> u32 {
+    if grouped { 4 } else { 1 }
+}
 
-/// Warps per output row in a GEMV: the fewest of 1, 2, 4, 8 that give
-/// about four blocks per SM. A GEMV is only as fast as the weight bytes it
-/// has in flight, so a small matrix (a KV projection, a router) splits its
-/// rows over more warps rather than leave SMs idle.
-fn warps_per_row(sm_count: u32, jobs: u32, m: u32) -> u32 {
+/// Warps per output row (or row quad) in a GEMV: the fewest of 1, 2, 4, 8
+/// that give about four blocks per SM. A GEMV is only as fast as the weight
+/// bytes it has in flight, so a small matrix (a KV projection, a router)
+/// splits its rows over more warps rather than leave SMs idle.
+fn warps_per_row(sm_count: u32, jobs: u32, m: u32, per_warp: u32) -> u32 {
     let want = 4 * sm_count;
     [1, 2, 4, 8]
         .into_iter()
-        .find(|&w| jobs.saturating_mul(m.div_ceil(GEMV_WARPS_PER_BLOCK / w)) >= want)
+        .find(|&w| jobs.saturating_mul(gemv_blocks(m, w, per_warp)) >= want)
         .unwrap_or(8)
+}
+
+/// Blocks along y for `m` output rows with `wpr` warps per row group.
+fn gemv_blocks(m: u32, wpr: u32, per_warp: u32) -> u32 {
+    m.div_ceil(GEMV_WARPS_PER_BLOCK / wpr * per_warp)
 }
 
 /// One GEMV launch (see kernels/gemv.cu): `jobs` blocks-columns, each
@@ -117,66 +127,169 @@ pub fn linear(
     }
 }
 
+/// `outs[i] = x · Wᵢᵀ (+ biasᵢ)`: one GEMV launch for decode when the
+/// weights share a kernel and input width, else one [`linear`] each.
+pub fn linears(
+    be: &Cuda,
+    x: &CudaTensor,
+    parts: &[(&CudaWeight, Option<&CudaWeight>)],
+    outs: &mut [&mut CudaTensor],
+) {
+    assert_eq!(parts.len(), outs.len(), "linears: one output per weight");
+    let fused = x.rows > 0
+        && x.rows < GEMM_MIN_ROWS
+        && parts.len() <= MAX_SEGS
+        && parts.iter().zip(outs.iter()).all(|(&(w, _), o)| {
+            same_gemv_kernel(parts[0].0, w)
+                && w.cols() == x.cols
+                && w.rows() > 0
+                && (o.rows, o.cols) == (x.rows, w.rows())
+        });
+    if fused {
+        gemv_segments(be, x, parts, outs);
+    } else {
+        for (&(w, bias), out) in parts.iter().zip(outs.iter_mut()) {
+            linear(be, x, w, bias, out);
+        }
+    }
+}
+
 /// Launches the GEMV kernel for `w`'s format; the bias (dense, one value
 /// per row of W, per expert) is added in the kernel.
 pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, j: &GemvJob) {
+    launch_gemv(be, &[(w, bias, j.out, j.m)], j);
+}
+
+/// One GEMV launch for several matrices of one format and input width
+/// (`GemvSegs` in kernels/gemv.cu): `x` `[nx, k]` times each `w`, plus its
+/// bias, into its `out` `[nx, w.rows()]`.
+pub fn gemv_segments(
+    be: &Cuda,
+    x: &CudaTensor,
+    parts: &[(&CudaWeight, Option<&CudaWeight>)],
+    outs: &mut [&mut CudaTensor],
+) {
+    let segs: Vec<_> = parts
+        .iter()
+        .zip(outs.iter())
+        .map(|(&(w, b), out)| (w, b, be.ptr(&out.data), w.rows() as u32))
+        .collect();
+    let job = GemvJob {
+        out: 0,
+        x: be.ptr(&x.data),
+        experts: 0,
+        jobs: 1,
+        nx: x.rows as u32,
+        x_div: 1,
+        k: x.cols as u32,
+        m: 0,
+    };
+    launch_gemv(be, &segs, &job);
+}
+
+/// Whether `a` and `b` take the same GEMV kernel (one launch can hold
+/// both).
+pub fn same_gemv_kernel(a: &CudaWeight, b: &CudaWeight) -> bool {
+    match (&a.data, &b.data) {
+        (WeightData::Dense { dtype: x, .. }, WeightData::Dense { dtype: y, .. }) => x == y,
+        (WeightData::Mxfp4 { .. }, WeightData::Mxfp4 { .. }) => true,
+        (WeightData::Quantized { quant: x, .. }, WeightData::Quantized { quant: y, .. }) => x == y,
+        _ => false,
+    }
+}
+
+/// The kernel's segment table (`struct GemvSegs` in kernels/gemv.cu).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct GemvSegs {
+    w: [u64; MAX_SEGS],
+    scales: [u64; MAX_SEGS],
+    bias: [u64; MAX_SEGS],
+    out: [u64; MAX_SEGS],
+    m: [u32; MAX_SEGS],
+    count: u32,
+}
+
+// SAFETY: plain integers, the layout of the C struct.
+unsafe impl cudarc::driver::DeviceRepr for GemvSegs {}
+
+/// Most matrices one GEMV launch holds (`GEMV_MAX_SEGS`).
+pub const MAX_SEGS: usize = 3;
+
+/// `segs`: (weight, bias, output address, rows per job) of the same kernel.
+fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)], j: &GemvJob) {
     assert!(
         j.nx as usize <= 4 && j.nx > 0,
         "gemv: {} rows of x per job",
         j.nx
     );
-    let wpr = warps_per_row(be.sm_count, j.jobs, j.m);
-    let blocks = j.m.div_ceil(GEMV_WARPS_PER_BLOCK / wpr);
-    assert!(blocks <= 65535, "gemv: {} output rows exceed the grid", j.m);
-    let (bias_ptr, bias_dt) = bias.map_or((0, 0), |b| b.dense_ptr(be, "bias"));
-    let tail = [
-        Arg::Ptr(bias_ptr),
-        Arg::I32(bias_dt),
+    assert!(
+        !segs.is_empty() && segs.len() <= MAX_SEGS,
+        "gemv: {} matrices in one launch",
+        segs.len()
+    );
+    let w0 = segs[0].0;
+    assert!(
+        segs.iter().all(|s| same_gemv_kernel(w0, s.0)),
+        "gemv: matrices of different formats in one launch"
+    );
+    let grouped = !matches!(w0.data, WeightData::Dense { .. });
+    let per_warp = rows_per_warp(grouped);
+    let mut table = GemvSegs {
+        count: segs.len() as u32,
+        ..GemvSegs::default()
+    };
+    let mut bias_dt = None;
+    for (i, &(w, bias, out, m)) in segs.iter().enumerate() {
+        let (codes, scales) = match &w.data {
+            WeightData::Dense { bytes, .. } => (be.ptr(bytes), 0),
+            WeightData::Mxfp4 { blocks, scales } => (be.ptr(blocks), be.ptr(scales)),
+            WeightData::Quantized { codes, scales, .. } => (be.ptr(codes), be.ptr(scales)),
+        };
+        assert!(
+            !grouped || j.k.is_multiple_of(32),
+            "gemv: grouped rows of {} values",
+            j.k
+        );
+        if let Some(b) = bias {
+            let (ptr, dt) = b.dense_ptr(be, "bias");
+            assert!(
+                bias_dt.is_none_or(|d| d == dt),
+                "gemv: biases of different dtypes in one launch"
+            );
+            bias_dt = Some(dt);
+            table.bias[i] = ptr;
+        }
+        (table.w[i], table.scales[i], table.out[i], table.m[i]) = (codes, scales, out, m);
+    }
+    // Rows laid end to end, each segment padded to whole warps' rows.
+    let rows: u32 = segs.iter().map(|s| s.3.next_multiple_of(per_warp)).sum();
+    let wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
+    let blocks = gemv_blocks(rows, wpr, per_warp);
+    assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");
+    let f = match &w0.data {
+        WeightData::Dense { dtype, .. } => match dtype {
+            Dense::F32 => &be.k.gemv_f32,
+            Dense::Bf16 => &be.k.gemv_bf16,
+            Dense::F16 => &be.k.gemv_f16,
+        },
+        WeightData::Mxfp4 { .. } => &be.k.gemv_mxfp4,
+        WeightData::Quantized { quant, .. } => match quant {
+            Quant::Int8 => &be.k.gemv_q8,
+            Quant::Int4 => &be.k.gemv_q4,
+        },
+    };
+    let args = [
+        Arg::Segs(Box::new(table)),
+        Arg::Ptr(j.x),
+        Arg::I32(bias_dt.unwrap_or(0)),
         Arg::Ptr(j.experts),
         Arg::U32(j.nx),
         Arg::U32(j.x_div),
         Arg::U32(j.k),
-        Arg::U32(j.m),
         Arg::U32(wpr),
     ];
-    let grid = (j.jobs, blocks, 1);
-    let threads = 32 * GEMV_WARPS_PER_BLOCK;
-    let mut args = vec![Arg::Ptr(j.out), Arg::Ptr(j.x)];
-    let f = match &w.data {
-        WeightData::Dense { dtype, bytes } => {
-            args.push(Arg::Ptr(be.ptr(bytes)));
-            match dtype {
-                Dense::F32 => &be.k.gemv_f32,
-                Dense::Bf16 => &be.k.gemv_bf16,
-                Dense::F16 => &be.k.gemv_f16,
-            }
-        }
-        WeightData::Mxfp4 { blocks, scales } => {
-            assert!(j.k.is_multiple_of(32), "gemv: MXFP4 rows of {} values", j.k);
-            args.push(Arg::Ptr(be.ptr(blocks)));
-            args.push(Arg::Ptr(be.ptr(scales)));
-            &be.k.gemv_mxfp4
-        }
-        WeightData::Quantized {
-            quant,
-            codes,
-            scales,
-        } => {
-            assert!(
-                j.k.is_multiple_of(32),
-                "gemv: quantized rows of {} values",
-                j.k
-            );
-            args.push(Arg::Ptr(be.ptr(codes)));
-            args.push(Arg::Ptr(be.ptr(scales)));
-            match quant {
-                Quant::Int8 => &be.k.gemv_q8,
-                Quant::Int4 => &be.k.gemv_q4,
-            }
-        }
-    };
-    args.extend(tail);
-    be.launch(f, grid, threads, &args);
+    be.launch(f, (j.jobs, blocks, 1), 32 * GEMV_WARPS_PER_BLOCK, &args);
 }
 
 /// The element type the GEMM path reads x in, for a weight's format.

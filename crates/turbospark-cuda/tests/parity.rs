@@ -29,7 +29,7 @@
 use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, RopeTable};
 use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
 use turbospark_cuda::linear::XType;
-use turbospark_cuda::{Cuda, CudaTensor, CudaWeight};
+use turbospark_cuda::{Cuda, CudaTensor, CudaWeight, Precision};
 use turbospark_format::{Activation, AttnSpan, DType, ExpertAct, HostTensor, Routing};
 
 const F32_TOL: f32 = 1e-4;
@@ -464,6 +464,51 @@ fn linear_grouped_formats_in_both_regimes() {
     }
 }
 
+/// Several weights in one GEMV launch (`linears`: q/k/v, gate/up) give each
+/// weight its own product: segments of odd row counts (padded to a warp's
+/// rows), every format, biases on some parts, 1 and 3 rows of x; and large
+/// segments (one warp per row).
+#[test]
+fn linears_share_one_launch_per_format() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(24);
+    for (k, ms) in [(64, vec![37, 5, 12]), (2880, vec![4096, 512, 512])] {
+        for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+            let ws: Vec<_> = ms
+                .iter()
+                .map(|&m| match fmt {
+                    "bf16" => weight(&g, &rng.vec(m * k, 0.5), &[m, k], DType::BF16),
+                    "f32" => weight(&g, &rng.vec(m * k, 0.5), &[m, k], DType::F32),
+                    "mxfp4" => mxfp4(&g, &mut rng, &[m], k),
+                    "int8" => quantized(&g, &rng.vec(m * k, 0.5), [m, k], Quant::Int8),
+                    _ => quantized(&g, &rng.vec(m * k, 0.5), [m, k], Quant::Int4),
+                })
+                .collect();
+            let biases: Vec<_> = ms
+                .iter()
+                .enumerate()
+                .map(|(i, &m)| (i != 1).then(|| weight(&g, &rng.vec(m, 1.0), &[m], DType::BF16)))
+                .collect();
+            let parts: Vec<_> = ws
+                .iter()
+                .zip(&biases)
+                .map(|(w, b)| (&w.1, b.as_ref().map(|b| &b.1)))
+                .collect();
+            for n in [1, 3] {
+                let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
+                let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(n, m)).collect();
+                g.linears(&gx, &parts, &mut outs.iter_mut().collect::<Vec<_>>());
+                for (i, (w, b)) in ws.iter().zip(&biases).enumerate() {
+                    let mut c = Cpu.tensor(n, ms[i]);
+                    Cpu.linear(&cx, &w.0, b.as_ref().map(|b| &b.0), &mut c);
+                    let what = format!("linears {fmt} k={k} part {i} of {ms:?} n={n}");
+                    check(&what, &g, &outs[i], &c, F32_TOL);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn kv_store_follows_the_ring() {
     let Some(g) = gpu() else { return };
@@ -528,7 +573,10 @@ fn attention_run(
 
 #[test]
 fn attention_full_sliding_gqa_sinks_softcap() {
-    let Some(g) = gpu() else { return };
+    // The split-KV kernels, exactly (prefill-sized chunks would otherwise
+    // take the bf16 flash kernel, tested in tests/flash_attention.rs).
+    let Some(mut g) = gpu() else { return };
+    g.set_precision(Precision::F32);
     let mut rng = Rng(10);
     let base = AttnParams {
         num_heads: 4,

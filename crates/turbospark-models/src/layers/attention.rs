@@ -72,9 +72,15 @@ impl<B: Backend> Attention<B> {
         let mut q = be.tensor(n, q_dim);
         let mut k = be.tensor(n, kv_dim);
         let mut v = be.tensor(n, kv_dim);
-        be.linear(x, &self.q, self.q_bias.as_ref(), &mut q);
-        be.linear(x, &self.k, self.k_bias.as_ref(), &mut k);
-        be.linear(x, &self.v, self.v_bias.as_ref(), &mut v);
+        be.linears(
+            x,
+            &[
+                (&self.q, self.q_bias.as_ref()),
+                (&self.k, self.k_bias.as_ref()),
+                (&self.v, self.v_bias.as_ref()),
+            ],
+            &mut [&mut q, &mut k, &mut v],
+        );
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             let mut qo = be.tensor(n, q_dim);
             let mut ko = be.tensor(n, kv_dim);

@@ -41,8 +41,14 @@ impl<B: Backend> GatedMlp<B> {
         let i = self.width;
         let mut gate = be.tensor(n, i);
         let mut up = be.tensor(n, i);
-        be.linear(x, &self.gate, self.gate_bias.as_ref(), &mut gate);
-        be.linear(x, &self.up, self.up_bias.as_ref(), &mut up);
+        be.linears(
+            x,
+            &[
+                (&self.gate, self.gate_bias.as_ref()),
+                (&self.up, self.up_bias.as_ref()),
+            ],
+            &mut [&mut gate, &mut up],
+        );
         let mut act = be.tensor(n, i);
         be.glu(&gate, &up, self.activation, &mut act);
         let mut out = be.tensor(n, h);
