@@ -15,11 +15,12 @@
 // formats (MXFP4, int8, int4) take one 32-value group at a time.
 //
 // Decode is bound by how many weight bytes are in flight: each lane issues
-// UNROLL loads of raw weight words (8 of 16 bytes for the 16-bit and
-// 4-bit formats, 4 for f32 and int8, whose chunks are two words) before it
-// widens any, and keeps only those words (not widened floats) in
-// registers, so occupancy stays high. Weights go through the non-caching read-only path (`ld_stream`);
-// x is re-read from L1 by every warp.
+// UNROLL loads of raw weight words (4 chunks of 16 bytes for the dense
+// formats) before it widens any, and keeps only those words (not widened
+// floats) in registers, so four blocks fit on an SM. Weights go through
+// the non-caching read-only path (`ld_stream`); x is re-read from L1 by
+// every warp. The grouped formats are described above their kernel.
+
 #define GEMV_MAX_X 4
 #define GEMV_MAX_SEGS 3
 
@@ -37,6 +38,13 @@ struct GemvSegs {
     u32 m[GEMV_MAX_SEGS];
     u32 count;
 };
+
+// arr[i] for i < GEMV_MAX_SEGS with constant indices only: indexing the
+// by-value parameter struct with a variable would copy it to local memory.
+template <class T>
+__device__ __forceinline__ T pick(const T (&arr)[GEMV_MAX_SEGS], u32 i) {
+    return i == 0 ? arr[0] : i == 1 ? arr[1] : arr[2];
+}
 
 // The segment holding virtual row `v` (segments padded to `align` rows)
 // and the row within it; false past the last segment.
@@ -81,7 +89,7 @@ struct Wt<DT_F32> {
 template <>
 struct Wt<DT_BF16> {
     static constexpr int WORDS = 1;
-    static constexpr int UNROLL = 8;
+    static constexpr int UNROLL = 4;
     static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
         r[0] = ld_stream((const u16*)w + i);
     }
@@ -98,7 +106,7 @@ struct Wt<DT_BF16> {
 template <>
 struct Wt<DT_F16> {
     static constexpr int WORDS = 1;
-    static constexpr int UNROLL = 8;
+    static constexpr int UNROLL = 4;
     static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
         r[0] = ld_stream((const u16*)w + i);
     }
@@ -139,33 +147,34 @@ __device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr) {
     u32 seg = 0, r = 0;
     g.valid = seg_of(sg, blockIdx.y * ((blockDim.x >> 5) / wpr) + warp / wpr, 1, seg, r);
     g.r = r;
-    g.m = sg.m[seg];
-    g.w = sg.w[seg];
-    g.bias = sg.bias[seg];
-    g.out = sg.out[seg];
+    g.m = pick(sg.m, seg);
+    g.w = pick(sg.w, seg);
+    g.bias = pick(sg.bias, seg);
+    g.out = pick(sg.out, seg);
     return g;
 }
 
 // Sums each x row's partials over the lanes and the row's W warps (in warp
 // order) and writes them (with the bias) from the row's first lane.
+template <int NX>
 __device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 job, u32 nx,
                                            const GemvRow& g) {
     float* out = g.out;
     const void* bias = g.bias;
     const u32 m = g.m;
-    __shared__ float part[8][GEMV_MAX_X];
+    __shared__ float part[8][NX];
 #pragma unroll
-    for (u32 t = 0; t < GEMV_MAX_X; t++) acc[t] = warp_sum(acc[t]);
+    for (u32 t = 0; t < NX; t++) acc[t] = warp_sum(acc[t]);
     if (g.wpr > 1) {
         const u32 warp = threadIdx.x >> 5;
         if (g.lane == 0) {
 #pragma unroll
-            for (u32 t = 0; t < GEMV_MAX_X; t++) part[warp][t] = acc[t];
+            for (u32 t = 0; t < NX; t++) part[warp][t] = acc[t];
         }
         __syncthreads();
         if (g.part == 0) {
 #pragma unroll
-            for (u32 t = 0; t < GEMV_MAX_X; t++) {
+            for (u32 t = 0; t < NX; t++) {
                 float s = part[warp][t];
                 for (u32 w = 1; w < g.wpr; w++) s += part[warp + w][t];
                 acc[t] = s;
@@ -174,7 +183,7 @@ __device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 j
     }
     if (!g.valid || g.part != 0 || g.lane != 0) return;
 #pragma unroll
-    for (u32 t = 0; t < GEMV_MAX_X; t++) {
+    for (u32 t = 0; t < NX; t++) {
         if (t < nx) {
             float s = acc[t];
             if (bias) s += load_w(bias, bias_dt, e * m + g.r);
@@ -183,7 +192,7 @@ __device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 j
     }
 }
 
-template <int DT>
+template <int NX, int DT>
 __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, int bias_dt,
                                            const int* experts, u32 nx, u32 x_div, u32 k,
                                            u32 wpr) {
@@ -194,7 +203,9 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
     const u64 e = experts ? (u64)experts[job] : 0;
     const u64 wrow = (e * m + (g.valid ? g.r : 0)) * k;
     const float* xb = x + (u64)(job / x_div) * nx * k;
-    float acc[GEMV_MAX_X] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[NX];
+#pragma unroll
+    for (int t = 0; t < NX; t++) acc[t] = 0.0f;
     if (g.valid && (k & 7u) == 0) {
         const u32 step = 256 * wpr;
         u32 c = (g.part * 32 + g.lane) * 8;
@@ -210,7 +221,7 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
                 float wv[8];
                 Wt<DT>::widen(raw[u], wv);
 #pragma unroll
-                for (u32 t = 0; t < GEMV_MAX_X; t++) {
+                for (u32 t = 0; t < NX; t++) {
                     if (t < nx) acc[t] += dot8(wv, xb + (u64)t * k + c + u * step);
                 }
             }
@@ -221,7 +232,7 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
             float wv[8];
             Wt<DT>::widen(raw, wv);
 #pragma unroll
-            for (u32 t = 0; t < GEMV_MAX_X; t++) {
+            for (u32 t = 0; t < NX; t++) {
                 if (t < nx) acc[t] += dot8(wv, xb + (u64)t * k + c);
             }
         }
@@ -229,21 +240,32 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
         for (u32 c = g.part * 32 + g.lane; c < k; c += 32 * wpr) {
             const float wv = load_w(w, DT, wrow + c);
 #pragma unroll
-            for (u32 t = 0; t < GEMV_MAX_X; t++) {
+            for (u32 t = 0; t < NX; t++) {
                 if (t < nx) acc[t] += wv * xb[(u64)t * k + c];
             }
         }
     }
-    gemv_store(acc, bias_dt, e, job, nx, g);
+    gemv_store<NX>(acc, bias_dt, e, job, nx, g);
 }
 
 #define GEMV_ARGS \
     GemvSegs sg, const float *x, int bias_dt, const int *experts, u32 nx, u32 x_div, u32 k, u32 wpr
 #define GEMV_PASS sg, x, bias_dt, experts, nx, x_div, k, wpr
 
-extern "C" __global__ void gemv_f32(GEMV_ARGS) { gemv_dense<DT_F32>(GEMV_PASS); }
-extern "C" __global__ void gemv_bf16(GEMV_ARGS) { gemv_dense<DT_BF16>(GEMV_PASS); }
-extern "C" __global__ void gemv_f16(GEMV_ARGS) { gemv_dense<DT_F16>(GEMV_PASS); }
+// Each kernel twice: `_x1` for one row of x (decode; its accumulators fit
+// in registers with room for `minb` blocks per SM, which keeps enough weight
+// bytes in flight), and the plain name for up to GEMV_MAX_X rows.
+#define GEMV_KERNELS(name, body, T, minb)                                                        \
+    extern "C" __global__ void __launch_bounds__(256, minb) name##_x1(GEMV_ARGS) {              \
+        body<1, T>(GEMV_PASS);                                                                   \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, 2) name(GEMV_ARGS) {                      \
+        body<GEMV_MAX_X, T>(GEMV_PASS);                                                          \
+    }
+
+GEMV_KERNELS(gemv_f32, gemv_dense, DT_F32, 4)
+GEMV_KERNELS(gemv_bf16, gemv_dense, DT_BF16, 4)
+GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)
 
 // Grouped formats (MXFP4, int8, int4): 32 values and one scale per group.
 // A weight byte here stands for 2-4 values, so x (f32) is 8-16 times the
@@ -340,12 +362,12 @@ struct Q4 {
 };
 
 // acc[i][t] += s[i] · Σ_{8 values} w_i · x_t for one step of one lane.
-template <class F>
+template <int NX, class F>
 __device__ __forceinline__ void grouped_step(const typename F::Word* raw, const float* s,
                                              const float* xp, u32 nx, u64 k,
-                                             float (*acc)[GEMV_MAX_X]) {
+                                             float (*acc)[NX]) {
 #pragma unroll
-    for (u32 t = 0; t < GEMV_MAX_X; t++) {
+    for (u32 t = 0; t < NX; t++) {
         if (t < nx) {
             const float4 a = ((const float4*)(xp + t * k))[0];
             const float4 b = ((const float4*)(xp + t * k))[1];
@@ -363,7 +385,7 @@ __device__ __forceinline__ void grouped_step(const typename F::Word* raw, const 
     }
 }
 
-template <class F>
+template <int NX, class F>
 __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x, int bias_dt,
                                              const int* experts, u32 nx, u32 x_div, u32 k,
                                              u32 wpr) {
@@ -374,12 +396,12 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
     u32 seg = 0, r0 = 0;
     const bool any = seg_of(sg, (blockIdx.y * ((blockDim.x >> 5) / wpr) + warp / wpr) * GR, GR,
                             seg, r0);
-    const u32 m = sg.m[seg];
+    const u32 m = pick(sg.m, seg);
     if (!any) r0 = m;
-    const u8* codes = (const u8*)sg.w[seg];
-    const void* scales = sg.scales[seg];
-    const void* bias = sg.bias[seg];
-    float* out = sg.out[seg];
+    const u8* codes = (const u8*)pick(sg.w, seg);
+    const void* scales = pick(sg.scales, seg);
+    const void* bias = pick(sg.bias, seg);
+    float* out = pick(sg.out, seg);
     const u32 job = blockIdx.x;
     const u64 e = experts ? (u64)experts[job] : 0;
     const u32 groups = k / 32, sub = lane & 3u;
@@ -389,11 +411,11 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
     u64 g0[GR];
 #pragma unroll
     for (int i = 0; i < GR; i++) g0[i] = (e * m + min(r0 + i, m - 1)) * groups;
-    float acc[GR][GEMV_MAX_X];
+    float acc[GR][NX];
 #pragma unroll
     for (int i = 0; i < GR; i++) {
 #pragma unroll
-        for (u32 t = 0; t < GEMV_MAX_X; t++) acc[i][t] = 0.0f;
+        for (u32 t = 0; t < NX; t++) acc[i][t] = 0.0f;
     }
     if (r0 < m) {
         const u32 step = 8 * wpr;  // groups a step of the row quad's warps covers
@@ -412,7 +434,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                grouped_step<F>(raw[u], s[u], xb + (u64)(q + u * step) * 32 + 8 * sub, nx, k, acc);
+                grouped_step<NX, F>(raw[u], s[u], xb + (u64)(q + u * step) * 32 + 8 * sub, nx, k, acc);
             }
         }
         for (; q < groups; q += step) {
@@ -423,22 +445,22 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
                 raw[i] = F::fetch(codes, g0[i] + q, sub);
                 s[i] = F::scale(scales, g0[i] + q);
             }
-            grouped_step<F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
+            grouped_step<NX, F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
         }
     }
     // Sum over lanes, then over the quad's W warps in warp order.
-    __shared__ float part_sum[8][GR][GEMV_MAX_X];
+    __shared__ float part_sum[8][GR][NX];
 #pragma unroll
     for (int i = 0; i < GR; i++) {
 #pragma unroll
-        for (u32 t = 0; t < GEMV_MAX_X; t++) acc[i][t] = warp_sum(acc[i][t]);
+        for (u32 t = 0; t < NX; t++) acc[i][t] = warp_sum(acc[i][t]);
     }
     if (wpr > 1) {
         if (lane == 0) {
 #pragma unroll
             for (int i = 0; i < GR; i++) {
 #pragma unroll
-                for (u32 t = 0; t < GEMV_MAX_X; t++) part_sum[warp][i][t] = acc[i][t];
+                for (u32 t = 0; t < NX; t++) part_sum[warp][i][t] = acc[i][t];
             }
         }
         __syncthreads();
@@ -446,7 +468,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
 #pragma unroll
             for (int i = 0; i < GR; i++) {
 #pragma unroll
-                for (u32 t = 0; t < GEMV_MAX_X; t++) {
+                for (u32 t = 0; t < NX; t++) {
                     float v = part_sum[warp][i][t];
                     for (u32 w = 1; w < wpr; w++) v += part_sum[warp + w][i][t];
                     acc[i][t] = v;
@@ -460,7 +482,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
         const u32 r = r0 + i;
         if (r >= m) break;
 #pragma unroll
-        for (u32 t = 0; t < GEMV_MAX_X; t++) {
+        for (u32 t = 0; t < NX; t++) {
             if (t < nx) {
                 float v = acc[i][t];
                 if (bias) v += load_w(bias, bias_dt, e * m + r);
@@ -471,6 +493,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
 }
 
 
-extern "C" __global__ void gemv_mxfp4(GEMV_ARGS) { gemv_grouped<Mxfp4>(GEMV_PASS); }
-extern "C" __global__ void gemv_q8(GEMV_ARGS) { gemv_grouped<Q8>(GEMV_PASS); }
-extern "C" __global__ void gemv_q4(GEMV_ARGS) { gemv_grouped<Q4>(GEMV_PASS); }
+// The E2M1 lookup needs more registers: three blocks per SM.
+GEMV_KERNELS(gemv_mxfp4, gemv_grouped, Mxfp4, 3)
+GEMV_KERNELS(gemv_q8, gemv_grouped, Q8, 4)
+GEMV_KERNELS(gemv_q4, gemv_grouped, Q4, 4)

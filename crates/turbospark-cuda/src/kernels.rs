@@ -75,7 +75,10 @@ kernels! {
     "elementwise.cu" => [embed, add_inplace, scale_inplace, softcap_inplace, glu, add_bias],
     "norm.cu" => [rms_norm, add_rms_norm],
     "rope.cu" => [rope],
-    "gemv.cu" => [gemv_f32, gemv_bf16, gemv_f16, gemv_mxfp4, gemv_q8, gemv_q4],
+    "gemv.cu" => [
+        gemv_f32, gemv_bf16, gemv_f16, gemv_mxfp4, gemv_q8, gemv_q4,
+        gemv_f32_x1, gemv_bf16_x1, gemv_f16_x1, gemv_mxfp4_x1, gemv_q8_x1, gemv_q4_x1,
+    ],
     "convert.cu" => [split_bf16, to_bf16, widen_f32, mxfp4_to_bf16, dequant_bf16],
     "attention.cu" => [kv_write, attn_partial, attn_combine],
     "sample.cu" => [argmax_rows],

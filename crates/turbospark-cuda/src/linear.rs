@@ -267,16 +267,25 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
     let wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
     let blocks = gemv_blocks(rows, wpr, per_warp);
     assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");
+    // One row of x (decode) has kernels of its own with fewer registers.
+    let k = &be.k;
+    let one = j.nx == 1;
     let f = match &w0.data {
-        WeightData::Dense { dtype, .. } => match dtype {
-            Dense::F32 => &be.k.gemv_f32,
-            Dense::Bf16 => &be.k.gemv_bf16,
-            Dense::F16 => &be.k.gemv_f16,
+        WeightData::Dense { dtype, .. } => match (dtype, one) {
+            (Dense::F32, true) => &k.gemv_f32_x1,
+            (Dense::F32, false) => &k.gemv_f32,
+            (Dense::Bf16, true) => &k.gemv_bf16_x1,
+            (Dense::Bf16, false) => &k.gemv_bf16,
+            (Dense::F16, true) => &k.gemv_f16_x1,
+            (Dense::F16, false) => &k.gemv_f16,
         },
-        WeightData::Mxfp4 { .. } => &be.k.gemv_mxfp4,
-        WeightData::Quantized { quant, .. } => match quant {
-            Quant::Int8 => &be.k.gemv_q8,
-            Quant::Int4 => &be.k.gemv_q4,
+        WeightData::Mxfp4 { .. } if one => &k.gemv_mxfp4_x1,
+        WeightData::Mxfp4 { .. } => &k.gemv_mxfp4,
+        WeightData::Quantized { quant, .. } => match (quant, one) {
+            (Quant::Int8, true) => &k.gemv_q8_x1,
+            (Quant::Int8, false) => &k.gemv_q8,
+            (Quant::Int4, true) => &k.gemv_q4_x1,
+            (Quant::Int4, false) => &k.gemv_q4,
         },
     };
     let args = [
