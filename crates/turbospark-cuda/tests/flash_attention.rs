@@ -29,82 +29,17 @@
 //! passes.
 
 use turbospark_backend::{AttnParams, Backend, KvSpec};
-use turbospark_cpu::{Cpu, CpuKv, CpuTensor, CpuWeight};
+use turbospark_cpu::{Cpu, CpuKv, CpuTensor};
 use turbospark_cuda::flash_attention::{flash_attention, flash_supported};
-use turbospark_cuda::{Cuda, CudaKv, CudaWeight};
-use turbospark_format::{AttnSpan, DType, HostTensor};
+use turbospark_cuda::{Cuda, CudaKv};
+use turbospark_format::{AttnSpan, DType};
 
 /// bf16 operands, f32 accumulation (see the module comment).
+mod common;
+
+use common::{Rng, gpu, rel_err, weight};
+
 const BF16_TOL: f32 = 2e-2;
-
-fn gpu() -> Option<Cuda> {
-    match Cuda::new() {
-        Ok(c) => Some(c),
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            None
-        }
-    }
-}
-
-/// xorshift64*: reproducible inputs without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [−scale, scale).
-    fn f32(&mut self, scale: f32) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f32(scale)).collect()
-    }
-}
-
-/// The same sink logits on both backends, stored as `dtype`.
-fn sinks(g: &Cuda, values: &[f32], dtype: DType) -> (CpuWeight, CudaWeight) {
-    let bytes: Vec<u8> = match dtype {
-        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::BF16 => values
-            .iter()
-            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-            .collect(),
-        _ => unreachable!("sinks are f32 or bf16 here"),
-    };
-    let t = HostTensor {
-        name: "sinks",
-        dtype,
-        shape: &[values.len()],
-        bytes: &bytes,
-    };
-    (Cpu.upload(&t).unwrap(), g.upload(&t).unwrap())
-}
-
-/// max |got − want| / rms(want); NaN where either has a NaN the other lacks.
-fn rel_err(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len(), "lengths differ");
-    if got.iter().zip(want).any(|(a, b)| a.is_nan() != b.is_nan()) {
-        return f32::NAN;
-    }
-    let rms =
-        (want.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / want.len().max(1) as f64).sqrt();
-    let max = got
-        .iter()
-        .zip(want)
-        .filter(|(a, _)| !a.is_nan())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
-    if max == 0.0 {
-        0.0
-    } else {
-        max / rms.max(1e-30) as f32
-    }
-}
 
 /// Writes `n` rows of random K and V (U[−1, 1)) at the next positions
 /// (from `*pos`) into both stores; returns those positions.
@@ -157,7 +92,7 @@ fn flash_run(
     let q_dim = p.num_heads * p.head_dim;
     let spec = KvSpec { capacity, kv_dim };
     let mut kvs = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
-    let s = sink_dtype.map(|dt| sinks(g, &rng.vec(p.num_heads, 2.0), dt));
+    let s = sink_dtype.map(|dt| weight(g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
     let mut pos = 0u32;
     let mut cached = 0;
     while cached < prefix {

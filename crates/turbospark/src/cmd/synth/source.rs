@@ -67,6 +67,7 @@ impl SyntheticModel {
         let full = config(self.preset)["num_hidden_layers"].as_u64();
         match self.spec.num_layers as u64 {
             n if Some(n) == full => format!("synthetic {}", self.preset.name()),
+            1 => format!("synthetic {} (1 layer)", self.preset.name()),
             n => format!("synthetic {} ({n} layers)", self.preset.name()),
         }
     }
@@ -298,7 +299,7 @@ mod tests {
     fn tensors_are_made_on_request_with_their_shapes_and_seeds() {
         let m = SyntheticModel::new(Preset::Qwen3_0_6b, Some(1), 7).unwrap();
         assert_eq!(m.spec.num_layers, 1);
-        assert_eq!(m.label(), "synthetic qwen3-0.6b (1 layers)");
+        assert_eq!(m.label(), "synthetic qwen3-0.6b (1 layer)");
         let mut total = 0;
         for name in m.names() {
             let t = m.fetch(name).unwrap();
