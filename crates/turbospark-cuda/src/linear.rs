@@ -69,19 +69,18 @@ fn gemv_blocks(m: u32, wpr: u32, per_warp: u32) -> u32 {
     m.div_ceil(GEMV_WARPS_PER_BLOCK / wpr * per_warp)
 }
 
-/// One GEMV launch (see kernels/gemv.cu): `jobs` blocks-columns, each
-/// multiplying `nx` rows of x (starting at row `(job / x_div) · nx`) by the
-/// `m` rows of expert `experts[job]` (all of W when `experts` is 0) into
-/// rows `job · nx ..` of `out`.
+/// The x side of one GEMV launch (see kernels/gemv.cu): `jobs`
+/// block-columns, each multiplying `nx` rows of x (starting at row
+/// `(job / x_div) · nx`) by the rows of expert `experts[job]` of each
+/// matrix (all of it when `experts` is 0), into rows `job · nx ..` of that
+/// matrix's output.
 pub struct GemvJob {
-    pub out: u64,
     pub x: u64,
     pub experts: u64,
     pub jobs: u32,
     pub nx: u32,
     pub x_div: u32,
     pub k: u32,
-    pub m: u32,
 }
 
 pub fn linear(
@@ -104,16 +103,14 @@ pub fn linear(
     if n < GEMM_MIN_ROWS {
         // The kernel adds the bias.
         let job = GemvJob {
-            out: be.ptr(&out.data),
             x: be.ptr(&x.data),
             experts: 0,
             jobs: 1,
             nx: n as u32,
             x_div: 1,
             k: k as u32,
-            m: m as u32,
         };
-        return gemv(be, w, bias, &job);
+        return gemv(be, w, bias, be.ptr(&out.data), m as u32, &job);
     }
     if k == 0 {
         be.stream
@@ -154,10 +151,11 @@ pub fn linears(
     }
 }
 
-/// Launches the GEMV kernel for `w`'s format; the bias (dense, one value
-/// per row of W, per expert) is added in the kernel.
-pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, j: &GemvJob) {
-    launch_gemv(be, &[(w, bias, j.out, j.m)], j);
+/// Launches the GEMV kernel for `w`'s format into `out`, `m` rows of W per
+/// job (an expert's rows when the job picks experts); the bias (dense, one
+/// value per row of W, per expert) is added in the kernel.
+pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, out: u64, m: u32, j: &GemvJob) {
+    launch_gemv(be, &[(w, bias, out, m)], j);
 }
 
 /// One GEMV launch for several matrices of one format and input width
@@ -175,14 +173,12 @@ pub fn gemv_segments(
         .map(|(&(w, b), out)| (w, b, be.ptr(&out.data), w.rows() as u32))
         .collect();
     let job = GemvJob {
-        out: 0,
         x: be.ptr(&x.data),
         experts: 0,
         jobs: 1,
         nx: x.rows as u32,
         x_div: 1,
         k: x.cols as u32,
-        m: 0,
     };
     launch_gemv(be, &segs, &job);
 }

@@ -128,15 +128,15 @@ fn per_token(
         be,
         ex.gate_up,
         ex.gate_up_bias,
+        be.ptr(&gu),
+        (2 * w) as u32,
         &GemvJob {
-            out: be.ptr(&gu),
             x: be.ptr(&x.data),
             experts: be.ptr(sel_e),
             jobs: jobs as u32,
             nx: 1,
             x_div: top_k as u32,
             k: hidden as u32,
-            m: (2 * w) as u32,
         },
     );
 
@@ -163,15 +163,15 @@ fn per_token(
         be,
         ex.down,
         ex.down_bias,
+        be.ptr(&y),
+        hidden as u32,
         &GemvJob {
-            out: be.ptr(&y),
             x: be.ptr(&act),
             experts: be.ptr(sel_e),
             jobs: jobs as u32,
             nx: 1,
             x_div: 1,
             k: w as u32,
-            m: hidden as u32,
         },
     );
 
