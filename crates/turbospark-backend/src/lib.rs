@@ -113,6 +113,13 @@ pub trait Backend: Send + Sync {
 
     fn name(&self) -> &'static str;
 
+    /// Prompt tokens per batched forward call. 512 by default: large enough
+    /// that prefill runs as matrix-matrix products, bounded so activations
+    /// and the sliding rings (`window + chunk` rows) stay small.
+    fn prefill_chunk(&self) -> usize {
+        512
+    }
+
     /// Makes a device weight from checkpoint bytes (any supported dtype).
     fn upload(&self, t: &HostTensor<'_>) -> Result<Self::Weight>;
     /// Makes a weight `[.., rows, cols]` from MXFP4 checkpoint tensors:

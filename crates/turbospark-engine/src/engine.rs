@@ -53,10 +53,10 @@ impl<B: Backend + 'static> Engine<B> {
     }
 
     /// A new sequence with room for `max_context` positions, fed at most
-    /// [`prefill_chunk`] prompt tokens per forward call.
+    /// the backend's `prefill_chunk()` prompt tokens per forward call.
     pub fn session(&self, max_context: usize) -> Session<'_, B> {
         let ctx = max_context.max(1);
-        let chunk = prefill_chunk(&self.be).min(ctx);
+        let chunk = self.be.prefill_chunk().min(ctx);
         Session::new(&self.be, self.model.as_ref(), ctx, chunk)
     }
 
@@ -110,27 +110,5 @@ impl<B: Backend + 'static> Engine<B> {
         })?;
         let text = template.render(messages, true, None, extra)?;
         Ok(self.tokenizer()?.encode(&text, false)?)
-    }
-}
-
-/// Prompt tokens per batched forward call on the CPU. Large enough that
-/// prefill runs as matrix-matrix products; bounded so activations and the
-/// sliding ring (`window + chunk` rows) stay small.
-pub const PREFILL_CHUNK: usize = 512;
-
-/// Prompt tokens per batched forward call on the GPU. Each chunk reads
-/// every weight once (and converts MXFP4 and int8/int4 weights to bf16
-/// once), and an MoE layer synchronises with the host once, so larger
-/// chunks amortise those costs and give each expert's GEMM more rows; the
-/// activations of 2048 rows (e.g. 2 × 117 MB for Llama-3.1-8B's MLP) and a
-/// sliding ring of `window + 2048` rows are small beside the GPU's memory.
-pub const GPU_PREFILL_CHUNK: usize = 2048;
-
-/// The prefill chunk for `be`: [`GPU_PREFILL_CHUNK`] on the CUDA backend,
-/// [`PREFILL_CHUNK`] elsewhere.
-pub fn prefill_chunk<B: Backend>(be: &B) -> usize {
-    match be.name() {
-        "cuda" => GPU_PREFILL_CHUNK,
-        _ => PREFILL_CHUNK,
     }
 }
