@@ -162,6 +162,9 @@ pub trait Backend: Send + Sync {
     /// may be read back to the host, and the launch geometry of every
     /// operation must not depend on values a [`Backend::set_batch`] changes
     /// (attention sizes itself for the KV capacity, not the positions).
+    /// Work other threads queue on the same backend meanwhile would join
+    /// the recording: a recording caller has the backend to itself (a
+    /// scheduler records from the thread that runs the batch).
     fn begin_graph(&self) -> bool;
     /// Ends the recording; `None` if it failed (the work was not run
     /// either: run it again without recording).
