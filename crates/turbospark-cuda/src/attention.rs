@@ -154,8 +154,7 @@ pub fn attention(
         }
     };
     if n >= FLASH_MIN_ROWS && flash_supported(hd) && be.precision() == Precision::Bf16 {
-        let positions = be.ptr(&batch.positions);
-        return flash_attention(be, q, kv, positions, n, p, sinks, out);
+        return flash_attention(be, q, kv, batch, p, sinks, out);
     }
     // A recording must serve every later position: scan the whole ring
     // (each row's kernel blocks skip what its own position cannot see).

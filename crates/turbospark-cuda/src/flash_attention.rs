@@ -17,14 +17,13 @@
 //! the row count and head count, so a recorded graph stays valid for any
 //! later positions), and must not own the KV store.
 
-use cudarc::driver::CudaSlice;
 use turbospark_backend::AttnParams;
 use turbospark_format::AttnSpan;
 
 use crate::attention::CudaKv;
 use crate::kernels::Arg;
 use crate::weight::CudaWeight;
-use crate::{Cuda, CudaTensor};
+use crate::{Cuda, CudaBatch, CudaTensor};
 
 /// Query rows per block (4 warps × 16 rows); must match `FA_ROWS` in
 /// kernels/flash_attention.cu.
@@ -38,22 +37,20 @@ pub fn flash_supported(head_dim: usize) -> bool {
     matches!(head_dim, 64 | 128 | 256)
 }
 
-/// Attention of the `n` rows of `q` (`[n, heads·head_dim]`), at the
-/// positions held in device memory at `positions` (`u32[n]`), over `kv`,
-/// into `out` (same shape as `q`). Panics when `p.head_dim` is not
-/// [`flash_supported`].
-#[allow(clippy::too_many_arguments)]
+/// Attention of the rows of `q` (`[n, heads·head_dim]`), at the batch's
+/// positions (read on the device), over `kv`, into `out` (same shape as
+/// `q`). Panics when `p.head_dim` is not [`flash_supported`].
 pub fn flash_attention(
     be: &Cuda,
     q: &CudaTensor,
     kv: &CudaKv,
-    positions: u64,
-    n: usize,
+    batch: &CudaBatch,
     p: &AttnParams,
     sinks: Option<&CudaWeight>,
     out: &mut CudaTensor,
 ) {
-    let (hd, heads) = (p.head_dim, p.num_heads);
+    let (n, hd, heads) = (batch.rows(), p.head_dim, p.num_heads);
+    let positions = be.ptr(&batch.positions);
     assert!(
         flash_supported(hd),
         "flash_attention: head_dim {hd} is not supported (64, 128, 256)"
@@ -131,18 +128,4 @@ pub fn flash_attention(
             Arg::I64(window),
         ],
     );
-}
-
-impl Cuda {
-    /// A device copy of `v` (one zero element when `v` is empty), e.g. the
-    /// positions [`flash_attention`] reads.
-    pub fn upload_u32(&self, v: &[u32]) -> CudaSlice<u32> {
-        self.upload_slice(v)
-    }
-
-    /// The device address of `s`, for the raw-pointer arguments of
-    /// [`flash_attention`].
-    pub fn device_ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
-        self.ptr(s)
-    }
 }

@@ -113,18 +113,9 @@ fn flash_run(
         let cb = Cpu.batch(&vec![0u32; n], &positions);
         Cpu.attention(&cq, &kvs.0, &cb, &p, s.as_ref().map(|s| &s.0), &mut c);
 
-        let dev_pos = g.upload_u32(&positions);
+        let gb = g.batch(&vec![0u32; n], &positions);
         let mut o = g.tensor(n, q_dim);
-        flash_attention(
-            g,
-            &gq,
-            &kvs.1,
-            g.device_ptr(&dev_pos),
-            n,
-            &p,
-            s.as_ref().map(|s| &s.1),
-            &mut o,
-        );
+        flash_attention(g, &gq, &kvs.1, &gb, &p, s.as_ref().map(|s| &s.1), &mut o);
         let got = g.to_host(&o);
         let err = rel_err(&got, &c.data);
         let (first, last) = (positions[0], positions[n - 1]);
