@@ -4,8 +4,10 @@
 //! (crates/turbospark-cpu/src/attention.rs): slot `p % capacity` holds the
 //! f32 key and value rows of position `p`, and `slot_pos` (i64, −1 = empty)
 //! remembers which position each slot holds. This module owns the store and
-//! the launch geometry (the slot range to scan, the split over it); it must
-//! not synchronise with the host.
+//! the launch geometry (the slot range to scan, the split over it) of the
+//! split-KV kernels, and sends prompt-sized calls (`Precision::Bf16`, head
+//! dims the flash kernel has) to `crate::flash_attention`; it must not
+//! synchronise with the host.
 
 use cudarc::driver::CudaSlice;
 use turbospark_backend::{AttnParams, KvSpec};

@@ -3,10 +3,11 @@
 //! products run in one of two ways; the activation and the weighted sum
 //! follow.
 //!
-//! - Decode (fewer than [`GEMM_MIN_ROWS`] rows, or while a graph is being
-//!   recorded): GEMV jobs, one per (token, selected expert), that read the
-//!   expert index from device memory. No host round trip.
-//! - Prefill (grouped): the selected expert ids are copied to the host (the
+//! - Decode (fewer than [`GEMM_MIN_ROWS`] rows, while a graph is being
+//!   recorded, or in `Precision::F32`): GEMV jobs, one per (token, selected
+//!   expert), that read the expert index from device memory. No host round
+//!   trip.
+//! - Prefill (grouped, `Precision::Bf16`): the selected expert ids are copied to the host (the
 //!   layer's one synchronisation), which lists each expert's (token, slot)
 //!   pairs; each expert's token rows are gathered into one contiguous block
 //!   and its gate_up and down run as cuBLAS GEMMs ([`gemm_rows`]), so each
