@@ -592,3 +592,34 @@ fn run_gemm(be: &Cuda, g: &GemmCall) {
     }
     .unwrap_or_else(|e| panic!("cuBLAS GEMM [{m}x{k}]ᵀ·[{k}x{n}]: {e}"));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launch geometry on an H200 (132 SMs): big matrices keep one warp
+    /// per row, small ones spread over more warps until about four blocks
+    /// per SM are in flight, and the count never goes past eight.
+    #[test]
+    fn warps_per_row_fill_the_gpu() {
+        let sms = 132;
+        // Llama-8B gate+up (28,672 rows): 3,584 blocks with one warp a row.
+        assert_eq!(warps_per_row(sms, 1, 28_672, 1), 1);
+        assert_eq!(gemv_blocks(28_672, 1, 1), 3_584);
+        // q+k+v (6,144 rows): 768 blocks already fill it.
+        assert_eq!(warps_per_row(sms, 1, 6_144, 1), 1);
+        // A KV projection alone (1,024 rows): four warps a row would give
+        // 512 blocks, short of 528, so eight.
+        assert_eq!(warps_per_row(sms, 1, 1_024, 1), 8);
+        assert_eq!(gemv_blocks(1_024, 4, 1), 512);
+        assert_eq!(gemv_blocks(1_024, 8, 1), 1_024);
+        // A 32-expert router: as many warps as a row can have.
+        assert_eq!(warps_per_row(sms, 1, 32, 1), 8);
+        // Four MXFP4 expert jobs of 5,760 rows, four rows per warp.
+        assert_eq!(warps_per_row(sms, 4, 5_760, 4), 1);
+        assert_eq!(gemv_blocks(5_760, 1, 4), 180);
+        // Grouped segments are padded to whole quads: 37 rows take 10 warps'
+        // worth (40 rows) of blocks.
+        assert_eq!(gemv_blocks(37_u32.next_multiple_of(4), 8, 4), 10);
+    }
+}
