@@ -112,16 +112,25 @@ fn slot_range(positions: &[u32], capacity: usize, span: AttnSpan) -> (usize, usi
     (lo, max + 1)
 }
 
-pub fn attention(
+/// What both attention kernels read besides the tensors: the window
+/// (0 = full span) and the sinks as (device address, dtype code; 0 = none).
+pub(crate) struct AttnArgs {
+    pub window: i64,
+    pub sinks: (u64, i32),
+}
+
+/// Checks the shapes of one attention call (`n` query rows) and resolves
+/// its [`AttnArgs`]; `None` when there is nothing to compute.
+pub(crate) fn attn_args(
     be: &Cuda,
     q: &CudaTensor,
     kv: &CudaKv,
-    batch: &CudaBatch,
+    n: usize,
     p: &AttnParams,
     sinks: Option<&CudaWeight>,
-    out: &mut CudaTensor,
-) {
-    let (n, hd, heads) = (batch.rows(), p.head_dim, p.num_heads);
+    out: &CudaTensor,
+) -> Option<AttnArgs> {
+    let (hd, heads) = (p.head_dim, p.num_heads);
     assert_eq!(
         (q.rows, q.cols),
         (n, heads * hd),
@@ -133,10 +142,6 @@ pub fn attention(
         "attention: out differs from q"
     );
     assert!(
-        hd > 0 && hd <= MAX_HEAD_DIM,
-        "attention: head_dim {hd} (at most {MAX_HEAD_DIM})"
-    );
-    assert!(
         p.num_kv_heads > 0 && heads % p.num_kv_heads == 0,
         "attention: {heads} heads over {} KV heads",
         p.num_kv_heads
@@ -146,7 +151,7 @@ pub fn attention(
         "attention: KV rows are too narrow"
     );
     if n == 0 || heads == 0 {
-        return;
+        return None;
     }
     let window = match p.span {
         AttnSpan::Full => 0,
@@ -155,9 +160,41 @@ pub fn attention(
             window as i64
         }
     };
+    let sinks = match sinks {
+        Some(s) => {
+            assert_eq!(
+                s.numel(),
+                heads,
+                "attention: {} sinks for {heads} heads",
+                s.numel()
+            );
+            s.dense_ptr(be, "sinks")
+        }
+        None => (0, 0),
+    };
+    Some(AttnArgs { window, sinks })
+}
+
+pub fn attention(
+    be: &Cuda,
+    q: &CudaTensor,
+    kv: &CudaKv,
+    batch: &CudaBatch,
+    p: &AttnParams,
+    sinks: Option<&CudaWeight>,
+    out: &mut CudaTensor,
+) {
+    let (n, hd, heads) = (batch.rows(), p.head_dim, p.num_heads);
+    assert!(
+        hd > 0 && hd <= MAX_HEAD_DIM,
+        "attention: head_dim {hd} (at most {MAX_HEAD_DIM})"
+    );
     if n >= FLASH_MIN_ROWS && flash_supported(hd) && be.precision() == Precision::Bf16 {
         return flash_attention(be, q, kv, batch, p, sinks, out);
     }
+    let Some(AttnArgs { window, sinks }) = attn_args(be, q, kv, n, p, sinks, out) else {
+        return;
+    };
     // A recording must serve every later position: scan the whole ring
     // (each row's kernel blocks skip what its own position cannot see).
     let (lo, hi) = if be.recording() {
@@ -202,18 +239,7 @@ pub fn attention(
             Arg::U32(kv.spec.capacity as u32),
         ],
     );
-    let (sink_ptr, sink_dt) = match sinks {
-        Some(s) => {
-            assert_eq!(
-                s.numel(),
-                heads,
-                "attention: {} sinks for {heads} heads",
-                s.numel()
-            );
-            s.dense_ptr(be, "sinks")
-        }
-        None => (0, 0),
-    };
+    let (sink_ptr, sink_dt) = sinks;
     be.launch(
         &be.k.attn_combine,
         (rh as u32, 1, 1),

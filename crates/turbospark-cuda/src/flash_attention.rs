@@ -18,9 +18,8 @@
 //! later positions), and must not own the KV store.
 
 use turbospark_backend::AttnParams;
-use turbospark_format::AttnSpan;
 
-use crate::attention::CudaKv;
+use crate::attention::{AttnArgs, CudaKv, attn_args};
 use crate::kernels::Arg;
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaBatch, CudaTensor};
@@ -55,51 +54,14 @@ pub fn flash_attention(
         flash_supported(hd),
         "flash_attention: head_dim {hd} is not supported (64, 128, 256)"
     );
-    assert_eq!(
-        (q.rows, q.cols),
-        (n, heads * hd),
-        "flash_attention: q is not [{n}, {heads}·{hd}]"
-    );
-    assert_eq!(
-        (out.rows, out.cols),
-        (q.rows, q.cols),
-        "flash_attention: out differs from q"
-    );
-    assert!(
-        p.num_kv_heads > 0 && heads % p.num_kv_heads == 0,
-        "flash_attention: {heads} heads over {} KV heads",
-        p.num_kv_heads
-    );
-    assert!(
-        p.num_kv_heads * hd <= kv.spec.kv_dim,
-        "flash_attention: KV rows are too narrow"
-    );
     assert!(
         heads <= 65_535,
         "flash_attention: {heads} heads (grid y is at most 65535)"
     );
-    if n == 0 || heads == 0 {
+    let Some(AttnArgs { window, sinks }) = attn_args(be, q, kv, n, p, sinks, out) else {
         return;
-    }
-    let window = match p.span {
-        AttnSpan::Full => 0,
-        AttnSpan::Sliding { window } => {
-            assert!(window > 0, "flash_attention: a sliding window of 0");
-            window as i64
-        }
     };
-    let (sink_ptr, sink_dt) = match sinks {
-        Some(s) => {
-            assert_eq!(
-                s.numel(),
-                heads,
-                "flash_attention: {} sinks for {heads} heads",
-                s.numel()
-            );
-            s.dense_ptr(be, "sinks")
-        }
-        None => (0, 0),
-    };
+    let (sink_ptr, sink_dt) = sinks;
     let f = match hd {
         64 => &be.k.flash_attn_hd64,
         128 => &be.k.flash_attn_hd128,
