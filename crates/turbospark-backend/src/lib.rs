@@ -229,6 +229,26 @@ pub trait Backend: Send + Sync {
     fn kv_alloc(&self, spec: KvSpec) -> Self::Kv;
     /// Stores rows of `k` and `v` at slots `position % capacity`.
     fn kv_write(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor, batch: &Self::Batch);
+    /// What attention does after its projections: [`Backend::rope`] on `q`
+    /// and on `k`, then [`Backend::kv_write`] of the rotated `k` and `v`
+    /// (never rotated). `k` stays rotated for any caller that reads it.
+    /// Backends may fuse the three into one pass (one kernel launch where
+    /// the default takes three), with the same results.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv_write(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        v: &Self::Tensor,
+        kv: &mut Self::Kv,
+        head_dim: usize,
+        batch: &Self::Batch,
+        rope: &RopeTable,
+    ) {
+        self.rope(q, head_dim, batch, rope);
+        self.rope(k, head_dim, batch, rope);
+        self.kv_write(kv, k, v, batch);
+    }
     /// Causal attention of each query row (at its batch position) over the keys
     /// held in `kv`, honouring the span; `out` is `[rows, num_heads * head_dim]`.
     /// `sinks` (one logit per query head) join each softmax denominator only.

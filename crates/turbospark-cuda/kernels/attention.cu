@@ -1,9 +1,10 @@
-// KV store writes and causal attention over the ring KV store.
+// Causal attention over the ring KV store.
 //
 // The store holds f32 K and V `[capacity, kv_dim]` and `slot_pos[capacity]`
-// (i64, −1 = empty): slot p % capacity holds position p. A key at position k
-// is visible to a query at position q when 0 ≤ k ≤ q and, for a sliding span
-// (window > 0), q − k < window (crates/turbospark-cpu/src/attention.rs).
+// (i64, −1 = empty): slot p % capacity holds position p (kernels/rope_kv.cu
+// writes it). A key at position k is visible to a query at position q when
+// 0 ≤ k ≤ q and, for a sliding span (window > 0), q − k < window
+// (crates/turbospark-cpu/src/attention.rs).
 //
 // Attention is split over the key slots (flash-decoding): `attn_partial`
 // runs one block per (query row, head, split); each of its 4 warps walks a
@@ -13,30 +14,6 @@
 // logit to the denominator only, and normalises. Scores are f32
 // q·k · scale, softcapped before the mask as the CPU does; the max-shifted
 // exponentials equal the CPU's two-pass softmax up to rounding.
-
-// slot_pos and K/V rows for rows of k/v at `positions`. When a call holds
-// more rows than the ring has slots, several rows share a slot and the last
-// one wins, as in the CPU's sequential loop. Grid (rows, ceil(kv_dim /
-// blockDim)): one value of K and one of V per thread, so a decode step's
-// copy is one load latency, not a loop of them.
-extern "C" __global__ void kv_write(float* kc, float* vc, i64* slot_pos, const float* k,
-                                    const float* v, const u32* positions, u32 rows, u32 kv_dim,
-                                    u32 capacity) {
-    const u32 row = blockIdx.x;
-    const u32 slot = positions[row] % capacity;
-    if (rows > capacity) {
-        for (u32 j = row + 1; j < rows; j++) {
-            if (positions[j] % capacity == slot) return;  // superseded
-        }
-    }
-    const u32 i = blockIdx.y * blockDim.x + threadIdx.x;
-    if (i < kv_dim) {
-        const u64 dst = (u64)slot * kv_dim + i, src = (u64)row * kv_dim + i;
-        kc[dst] = k[src];
-        vc[dst] = v[src];
-    }
-    if (i == 0) slot_pos[slot] = (i64)positions[row];
-}
 
 #define ATT_MAX_HD 256
 #define ATT_WARPS 4

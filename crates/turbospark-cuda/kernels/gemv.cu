@@ -285,6 +285,27 @@ GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)
 // 2^23 + n, and one exact subtraction leaves n.
 #define MAGIC 8388608.0f  // 2^23
 
+// Σ of the four signed byte products of a and b, plus c.
+__device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Σ of the two signed 16-bit halves of a times bytes 0, 1 (lo) or 2, 3 (hi)
+// of b, plus c.
+__device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
+    int r;
+    asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+__device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
+    int r;
+    asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
 // MXFP4: 16 bytes of E2M1 codes a group (byte j: values 2j low nibble,
 // 2j + 1 high nibble), one E8M0 scale byte. A code is a sign bit and a
 // 3-bit magnitude index into {0, .5, 1, 1.5, 2, 3, 4, 6}; twice those are
@@ -311,13 +332,40 @@ struct Mxfp4 {
             o[i] = __uint_as_float(__float_as_uint(twice) | sign);
         }
     }
-    static __device__ __forceinline__ float scale(const void* scales, u64 group) {
-        const u32 s = ((const u8*)scales)[group];
-        // Half of e8m0(s): 2^(s − 128), exactly (s = 0 is 2^−128; 255
-        // stays inf, as e8m0 has it).
-        if (s == 255) return e8m0(s);
-        return s == 0 ? __uint_as_float(0x00200000u)
-                      : s == 1 ? __uint_as_float(0x00400000u) : __uint_as_float((s - 1) << 23);
+    // Twice the 8 values as int8 (natural order), dotted with 8 int16 x
+    // codes: MXFP4 is the format as released, so rounding x is the only
+    // error against the reference and it gets 16 bits (two-way dp2a).
+    typedef uint4 XWord;
+    static constexpr int X_MAX = 32767;
+    static constexpr bool SPLIT = false;
+    static constexpr int ZERO = 0;
+    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int) {
+        // Bytes {0, 1, 2, 3, 4, 6, 8, 12} and their negations; a code's
+        // sign bit (bit 3) moves the byte select from the first word to the
+        // second (selector nibble i + 4).
+        const u32 pos_lo = 0x03020100u, pos_hi = 0x0C080604u;
+        const u32 neg_lo = 0xFDFEFF00u, neg_hi = 0xF4F8FAFCu;
+        u32 w[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const u32 c = q >> (16 * h), idx = c & 0x7777u;
+            w[h] = __byte_perm(__byte_perm(pos_lo, pos_hi, idx), __byte_perm(neg_lo, neg_hi, idx),
+                               ((c >> 1) & 0x4444u) | 0x3210u);
+        }
+        return dp2a_hi(xw.w, w[1], dp2a_lo(xw.z, w[1], dp2a_hi(xw.y, w[0], dp2a_lo(xw.x, w[0], 0))));
+    }
+    // A group's scale is fetched raw with its codes and widened when used:
+    // a branch on a just-loaded value would make each load wait for the
+    // previous one instead of all of a step's loads being in flight.
+    typedef u32 Scale;
+    static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
+        return ((const u8*)scales)[group];
+    }
+    // Half of e8m0(s): 2^(s − 128), exactly (s = 0 and 1 are the subnormals
+    // 2^−128 and 2^−127; 255 stays inf, as e8m0 has it). Selects only.
+    static __device__ __forceinline__ float value(Scale s) {
+        const u32 bits = s >= 2 ? (s - 1) << 23 : 0x00200000u << s;
+        return __uint_as_float(s == 255 ? 0x7f800000u : bits);
     }
 };
 
@@ -336,9 +384,18 @@ struct Q8 {
             o[4 + i] = __uint_as_float(((q.y >> (8 * i)) & 0xffu) ^ 0x4B000080u) - (MAGIC + 128.0f);
         }
     }
-    static __device__ __forceinline__ float scale(const void* scales, u64 group) {
+    typedef uint2 XWord;
+    static constexpr int X_MAX = 127;
+    static constexpr bool SPLIT = false;
+    static constexpr int ZERO = 0;
+    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int) {
+        return dp4a(q.x, xw.x, dp4a(q.y, xw.y, 0));
+    }
+    typedef float Scale;
+    static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
         return ((const float*)scales)[group];
     }
+    static __device__ __forceinline__ float value(Scale s) { return s; }
 };
 
 // Int4 (weight-only --quant): 16 bytes a group of value + 8 codes (low
@@ -356,14 +413,27 @@ struct Q4 {
             o[i] = __uint_as_float(((q >> (4 * i)) & 0xfu) | 0x4B000000u) - (MAGIC + 8.0f);
         }
     }
-    static __device__ __forceinline__ float scale(const void* scales, u64 group) {
+    // The low nibbles are values 0, 2, 4, 6 and the high ones 1, 3, 5, 7:
+    // x codes come split the same way (SPLIT). Codes are value + ZERO, so
+    // `xoff` = ZERO · Σ x codes is taken off.
+    typedef uint2 XWord;
+    static constexpr int X_MAX = 127;
+    static constexpr bool SPLIT = true;
+    static constexpr int ZERO = 8;
+    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int xoff) {
+        return dp4a(q & 0x0F0F0F0Fu, xw.x, dp4a((q >> 4) & 0x0F0F0F0Fu, xw.y, 0)) - xoff;
+    }
+    typedef float Scale;
+    static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
         return ((const float*)scales)[group];
     }
+    static __device__ __forceinline__ float value(Scale s) { return s; }
 };
 
 // acc[i][t] += s[i] · Σ_{8 values} w_i · x_t for one step of one lane.
 template <int NX, class F>
-__device__ __forceinline__ void grouped_step(const typename F::Word* raw, const float* s,
+__device__ __forceinline__ void grouped_step(const typename F::Word* raw,
+                                             const typename F::Scale* s,
                                              const float* xp, u32 nx, u64 k,
                                              float (*acc)[NX]) {
 #pragma unroll
@@ -379,7 +449,90 @@ __device__ __forceinline__ void grouped_step(const typename F::Word* raw, const 
                 float d = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 8; j++) d += wv[j] * xv[j];
-                acc[i][t] += s[i] * d;
+                acc[i][t] += F::value(s[i]) * d;
+            }
+        }
+    }
+}
+
+// The row quad a warp of a grouped kernel computes: rows r0 .. r0 + GR of
+// segment `seg` (r0 = m past the last segment: nothing is computed).
+struct Quad {
+    u32 lane, warp, part, m, r0;
+    const u8* codes;
+    const void* scales;
+    const void* bias;
+    float* out;
+    u64 e;      // expert of this job (0 without experts)
+    u64 g0[GR];  // each row's first group; rows past m read the last row
+};
+
+// `vb`: the block of work (blockIdx.y, or a persistent block's turn).
+__device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, u32 k, u32 wpr,
+                                        u32 vb) {
+    Quad d;
+    d.lane = threadIdx.x & 31u;
+    d.warp = threadIdx.x >> 5;
+    d.part = d.warp % wpr;
+    u32 seg = 0, r0 = 0;
+    const bool any = seg_of(sg, (vb * ((blockDim.x >> 5) / wpr) + d.warp / wpr) * GR, GR, seg, r0);
+    d.m = pick(sg.m, seg);
+    d.r0 = any ? r0 : d.m;
+    d.codes = (const u8*)pick(sg.w, seg);
+    d.scales = pick(sg.scales, seg);
+    d.bias = pick(sg.bias, seg);
+    d.out = pick(sg.out, seg);
+    d.e = experts ? (u64)experts[blockIdx.x] : 0;
+    const u32 groups = k / 32;
+#pragma unroll
+    for (int i = 0; i < GR; i++) d.g0[i] = (d.e * d.m + min(d.r0 + i, d.m - 1)) * groups;
+    return d;
+}
+
+// Sums each row's partials over the lanes, then over the quad's W warps in
+// warp order, and stores them (with the bias) from the quad's first lane.
+template <int NX>
+__device__ __forceinline__ void grouped_store(float (*acc)[NX], const Quad& d, int bias_dt,
+                                              u32 nx, u32 wpr) {
+    __shared__ float part_sum[8][GR][NX];
+#pragma unroll
+    for (int i = 0; i < GR; i++) {
+#pragma unroll
+        for (u32 t = 0; t < NX; t++) acc[i][t] = warp_sum(acc[i][t]);
+    }
+    if (wpr > 1) {
+        if (d.lane == 0) {
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+#pragma unroll
+                for (u32 t = 0; t < NX; t++) part_sum[d.warp][i][t] = acc[i][t];
+            }
+        }
+        __syncthreads();
+        if (d.part == 0) {
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+#pragma unroll
+                for (u32 t = 0; t < NX; t++) {
+                    float v = part_sum[d.warp][i][t];
+                    for (u32 w = 1; w < wpr; w++) v += part_sum[d.warp + w][i][t];
+                    acc[i][t] = v;
+                }
+            }
+        }
+    }
+    if (d.part != 0 || d.lane != 0) return;
+    const u32 job = blockIdx.x;
+#pragma unroll
+    for (int i = 0; i < GR; i++) {
+        const u32 r = d.r0 + i;
+        if (r >= d.m) break;
+#pragma unroll
+        for (u32 t = 0; t < NX; t++) {
+            if (t < nx) {
+                float v = acc[i][t];
+                if (d.bias) v += load_w(d.bias, bias_dt, d.e * d.m + r);
+                d.out[((u64)job * nx + t) * d.m + r] = v;
             }
         }
     }
@@ -389,47 +542,28 @@ template <int NX, class F>
 __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x, int bias_dt,
                                              const int* experts, u32 nx, u32 x_div, u32 k,
                                              u32 wpr) {
-    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const u32 part = warp % wpr;
-    // This warp's quad of rows: rows r0 .. r0 + GR of segment `seg` (none
-    // past the last segment: then r0 = m and nothing is computed).
-    u32 seg = 0, r0 = 0;
-    const bool any = seg_of(sg, (blockIdx.y * ((blockDim.x >> 5) / wpr) + warp / wpr) * GR, GR,
-                            seg, r0);
-    const u32 m = pick(sg.m, seg);
-    if (!any) r0 = m;
-    const u8* codes = (const u8*)pick(sg.w, seg);
-    const void* scales = pick(sg.scales, seg);
-    const void* bias = pick(sg.bias, seg);
-    float* out = pick(sg.out, seg);
-    const u32 job = blockIdx.x;
-    const u64 e = experts ? (u64)experts[job] : 0;
-    const u32 groups = k / 32, sub = lane & 3u;
-    const float* xb = x + (u64)(job / x_div) * nx * k;
-    // Each of the GR rows' first group; rows past m read the last row
-    // (their sums are never stored).
-    u64 g0[GR];
-#pragma unroll
-    for (int i = 0; i < GR; i++) g0[i] = (e * m + min(r0 + i, m - 1)) * groups;
+    const Quad d = quad_of(sg, experts, k, wpr, blockIdx.y);
+    const u32 groups = k / 32, sub = d.lane & 3u;
+    const float* xb = x + (u64)(blockIdx.x / x_div) * nx * k;
     float acc[GR][NX];
 #pragma unroll
     for (int i = 0; i < GR; i++) {
 #pragma unroll
         for (u32 t = 0; t < NX; t++) acc[i][t] = 0.0f;
     }
-    if (r0 < m) {
+    if (d.r0 < d.m) {
         const u32 step = 8 * wpr;  // groups a step of the row quad's warps covers
-        u32 q = part * 8 + (lane >> 2);
+        u32 q = d.part * 8 + (d.lane >> 2);
         constexpr int U = F::UNROLL;
         for (; q + (U - 1) * step < groups; q += U * step) {
             typename F::Word raw[U][GR];
-            float s[U][GR];
+            typename F::Scale s[U][GR];
 #pragma unroll
             for (int u = 0; u < U; u++) {
 #pragma unroll
                 for (int i = 0; i < GR; i++) {
-                    raw[u][i] = F::fetch(codes, g0[i] + q + u * step, sub);
-                    s[u][i] = F::scale(scales, g0[i] + q + u * step);
+                    raw[u][i] = F::fetch(d.codes, d.g0[i] + q + u * step, sub);
+                    s[u][i] = F::scale(d.scales, d.g0[i] + q + u * step);
                 }
             }
 #pragma unroll
@@ -439,61 +573,185 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
         }
         for (; q < groups; q += step) {
             typename F::Word raw[GR];
-            float s[GR];
+            typename F::Scale s[GR];
 #pragma unroll
             for (int i = 0; i < GR; i++) {
-                raw[i] = F::fetch(codes, g0[i] + q, sub);
-                s[i] = F::scale(scales, g0[i] + q);
+                raw[i] = F::fetch(d.codes, d.g0[i] + q, sub);
+                s[i] = F::scale(d.scales, d.g0[i] + q);
             }
             grouped_step<NX, F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
         }
     }
-    // Sum over lanes, then over the quad's W warps in warp order.
-    __shared__ float part_sum[8][GR][NX];
-#pragma unroll
-    for (int i = 0; i < GR; i++) {
-#pragma unroll
-        for (u32 t = 0; t < NX; t++) acc[i][t] = warp_sum(acc[i][t]);
-    }
-    if (wpr > 1) {
-        if (lane == 0) {
-#pragma unroll
-            for (int i = 0; i < GR; i++) {
-#pragma unroll
-                for (u32 t = 0; t < NX; t++) part_sum[warp][i][t] = acc[i][t];
-            }
-        }
-        __syncthreads();
-        if (part == 0) {
-#pragma unroll
-            for (int i = 0; i < GR; i++) {
-#pragma unroll
-                for (u32 t = 0; t < NX; t++) {
-                    float v = part_sum[warp][i][t];
-                    for (u32 w = 1; w < wpr; w++) v += part_sum[warp + w][i][t];
-                    acc[i][t] = v;
-                }
-            }
-        }
-    }
-    if (part != 0 || lane != 0) return;
-#pragma unroll
-    for (int i = 0; i < GR; i++) {
-        const u32 r = r0 + i;
-        if (r >= m) break;
-#pragma unroll
-        for (u32 t = 0; t < NX; t++) {
-            if (t < nx) {
-                float v = acc[i][t];
-                if (bias) v += load_w(bias, bias_dt, e * m + r);
-                out[((u64)job * nx + t) * m + r] = v;
-            }
-        }
-    }
+    grouped_store<NX>(acc, d, bias_dt, nx, wpr);
 }
-
 
 // The E2M1 lookup needs more registers: three blocks per SM.
 GEMV_KERNELS(gemv_mxfp4, gemv_grouped, Mxfp4, 3)
 GEMV_KERNELS(gemv_q8, gemv_grouped, Q8, 4)
 GEMV_KERNELS(gemv_q4, gemv_grouped, Q4, 4)
+
+// Grouped formats with integer activations (Precision::Bf16, one row of x
+// per job): widening each code to f32 and one FMA per value is what bounds
+// the kernels above; here a block first rounds its x row to integer codes
+// in shared memory, per 32-value group (the weights' groups) with one f32
+// step d = amax / X_MAX, so each lane's 8 values of a row are two dp4a
+// (int8 x) or four dp2a (int16 x) and the group's sum is exact in
+// integers:
+//   out[r] = Σ_groups (scale_w · d) · Σ_{32} code_w · code_x.
+// int8 x (the --quant int8/int4 formats, whose own weight rounding is far
+// larger) is an error of at most d / 2 a value, ~0.4% of the group's
+// largest; int16 x (MXFP4, the released format) ~2e-5 of it.
+// Precision::F32 keeps the f32 kernels. Non-finite x make the group's d
+// NaN (or inf), so they reach the output as the f32 path would.
+//
+// Shared memory (dynamic, k · (bytes a code + 1/8) bytes): the x codes, 8
+// to an XWord in the order the format's lanes read them (natural, or for
+// int4 the even values then the odd ones), then one d per group.
+
+// max that propagates NaN (fmaxf drops it).
+__device__ __forceinline__ float max_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+// Eight codes (their low bytes or halves) in one XWord, in this order.
+__device__ __forceinline__ void pack_x(uint2& o, const int* n) {
+    o.x = __byte_perm(__byte_perm(n[0], n[1], 0x0040), __byte_perm(n[2], n[3], 0x0040), 0x5410);
+    o.y = __byte_perm(__byte_perm(n[4], n[5], 0x0040), __byte_perm(n[6], n[7], 0x0040), 0x5410);
+}
+
+__device__ __forceinline__ void pack_x(uint4& o, const int* n) {
+    o.x = __byte_perm(n[0], n[1], 0x5410);
+    o.y = __byte_perm(n[2], n[3], 0x5410);
+    o.z = __byte_perm(n[4], n[5], 0x5410);
+    o.w = __byte_perm(n[6], n[7], 0x5410);
+}
+
+// Rounds one k-wide f32 row to codes and steps (see above); every thread
+// of the block takes part. A thread takes 8 values, four threads a group
+// (so the group max is two shuffles).
+template <class F>
+__device__ __forceinline__ void quantize_x(const float* xr, u32 k, typename F::XWord* xq,
+                                           float* xd) {
+    const u32 chunks = k / 8;  // a multiple of 4: whole groups per 4 lanes
+    for (u32 base = 0; base < chunks; base += blockDim.x) {
+        const u32 c = base + threadIdx.x;
+        const bool ok = c < chunks;
+        float v[8];
+        if (ok) {
+            const float4 a = ((const float4*)xr)[2 * c], b = ((const float4*)xr)[2 * c + 1];
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = 0.0f;
+        }
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) amax = max_nan(amax, fabsf(v[i]));
+        amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        // 0 for NaN (codes 0; d carries the NaN).
+        const float inv = amax > 0.0f ? (float)F::X_MAX / amax : 0.0f;
+        int n[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            // SPLIT: the even values, then the odd ones.
+            const int from = F::SPLIT ? (i < 4 ? 2 * i : 2 * (i - 4) + 1) : i;
+            n[i] = __float2int_rn(v[from] * inv);
+        }
+        if (!ok) continue;
+        pack_x(xq[c], n);
+        if ((c & 3u) == 0) xd[c / 4] = amax * (1.0f / (float)F::X_MAX);
+    }
+}
+
+// An int in (−2²², 2²²) as a float, exactly, without the quarter-rate
+// conversion: the float 1.5 · 2²³ + n less 1.5 · 2²³.
+__device__ __forceinline__ float small_int_to_float(int n) {
+    return __int_as_float(n + 0x4B400000) - 12582912.0f;
+}
+
+template <class F>
+__device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float* x, int bias_dt,
+                                                const int* experts, u32 nx, u32 x_div, u32 k,
+                                                u32 wpr) {
+    typedef typename F::XWord XWord;
+    extern __shared__ uint4 shared_x[];
+    XWord* xq = (XWord*)shared_x;
+    float* xd = (float*)(xq + k / 8);
+    quantize_x<F>(x + (u64)(blockIdx.x / x_div) * k, k, xq, xd);
+    __syncthreads();
+    // Persistent: this block takes blocks of work blockIdx.y, + gridDim.y,
+    // ... of the job, reusing the rounded x (the same count for every warp
+    // of the block, so the exchange in grouped_store stays in step).
+    u32 quads = 0;
+#pragma unroll
+    for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
+        if (i < sg.count) quads += (pick(sg.m, i) + GR - 1) / GR;
+    }
+    const u32 per_block = (blockDim.x >> 5) / wpr;
+    const u32 work = (quads + per_block - 1) / per_block;
+    const u32 groups = k / 32;
+    for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
+        const Quad d = quad_of(sg, experts, k, wpr, vb);
+        const u32 sub = d.lane & 3u;
+        float acc[GR][1];
+#pragma unroll
+        for (int i = 0; i < GR; i++) acc[i][0] = 0.0f;
+        // One step: the lane's 8 values of group q in each of the GR rows.
+        // A step's integer sum is at most 8 · 127 · 127 (int8 x) or
+        // 8 · 32767 · 12 (MXFP4), under 2²², so exact as a float.
+        auto step_at = [&](const typename F::Word* raw, const typename F::Scale* s, u32 q) {
+            const XWord xw = xq[q * 4 + sub];
+            const float xs = xd[q];
+            int xoff = 0;
+            if (F::ZERO) xoff = F::ZERO * dp4a(xw.x, 0x01010101u, dp4a(xw.y, 0x01010101u, 0));
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+                acc[i][0] += (F::value(s[i]) * xs) * small_int_to_float(F::dot_x(raw[i], xw, xoff));
+            }
+        };
+        if (d.r0 < d.m) {
+            const u32 step = 8 * wpr;
+            u32 q = d.part * 8 + (d.lane >> 2);
+            constexpr int U = F::UNROLL;
+            for (; q + (U - 1) * step < groups; q += U * step) {
+                typename F::Word raw[U][GR];
+                typename F::Scale s[U][GR];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+#pragma unroll
+                    for (int i = 0; i < GR; i++) {
+                        raw[u][i] = F::fetch(d.codes, d.g0[i] + q + u * step, sub);
+                        s[u][i] = F::scale(d.scales, d.g0[i] + q + u * step);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) step_at(raw[u], s[u], q + u * step);
+            }
+            for (; q < groups; q += step) {
+                typename F::Word raw[GR];
+                typename F::Scale s[GR];
+#pragma unroll
+                for (int i = 0; i < GR; i++) {
+                    raw[i] = F::fetch(d.codes, d.g0[i] + q, sub);
+                    s[i] = F::scale(d.scales, d.g0[i] + q);
+                }
+                step_at(raw, s, q);
+            }
+        }
+        grouped_store<1>(acc, d, bias_dt, 1, wpr);
+        if (wpr > 1) __syncthreads();  // the next turn rewrites part_sum
+    }
+}
+
+#define GEMV_QX_KERNEL(name, F, minb)                                                            \
+    extern "C" __global__ void __launch_bounds__(256, minb) name(GEMV_ARGS) {                   \
+        gemv_grouped_qx<F>(GEMV_PASS);                                                           \
+    }
+
+GEMV_QX_KERNEL(gemv_mxfp4_qx, Mxfp4, 3)
+GEMV_QX_KERNEL(gemv_q8_qx, Q8, 4)
+GEMV_QX_KERNEL(gemv_q4_qx, Q4, 4)

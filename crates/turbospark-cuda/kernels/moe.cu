@@ -7,30 +7,31 @@
 // contiguous block, the products are cuBLAS GEMMs per expert, and the
 // outputs are read back per (token, slot) by the weighted sum.
 
-#define MOE_MAX_TOPK 32
-
-// One thread per token. Selection order is the CPU's: value descending,
-// ties to the lower expert index (as torch.topk on CPU); NaN logits are not
-// supported. mode 0: softmax over the k selected logits (gpt-oss, Mixtral);
-// 1: softmax over all experts, then select; 2: as 1, renormalised to sum to
-// one (Qwen3-MoE). Sums run in the CPU's order (selection order for the
-// top-k softmax and renormalisation, expert order for the full softmax).
+// One warp per token (a block holds blockDim / 32 tokens). Selection order
+// is the CPU's: value descending, ties to the lower expert index (as
+// torch.topk on CPU); NaN logits are not supported. Each pick is the best
+// (value, index) strictly after the previous pick in that order: every lane
+// scans its experts (lane, lane + 32, ...), then the warp reduces. Pick j
+// is held by lane j. mode 0: softmax over the k selected logits (gpt-oss,
+// Mixtral); 1: softmax over all experts, then select; 2: as 1,
+// renormalised to sum to one (Qwen3-MoE). The top-k sums run in selection
+// order, as the CPU's; the sum over all experts is a warp tree, which
+// differs from the CPU's sequential sum by rounding only.
 // Output: the k (expert, weight) pairs of each token, ascending by expert.
 extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logits, u32 rows,
                                      u32 num_experts, u32 top_k, int mode) {
-    const u32 r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
+    const u32 lane = threadIdx.x & 31u;
+    const u32 r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;  // the whole warp
     const float* lg = logits + (u64)r * num_experts;
-    int idx[MOE_MAX_TOPK];
-    float w[MOE_MAX_TOPK];
-    // The j-th pick is the best (value, index) strictly after the previous
-    // pick in the order (value desc, index asc).
+    int mine = -1;  // this lane's pick (lane < top_k)
+    float mine_v = 0.0f;
     float pv = 0.0f;
     int pi = -1;
     for (u32 j = 0; j < top_k; j++) {
         int best = -1;
         float bv = 0.0f;
-        for (u32 e = 0; e < num_experts; e++) {
+        for (u32 e = lane; e < num_experts; e += 32) {
             const float v = lg[e];
             const bool after = j == 0 || v < pv || (v == pv && (int)e > pi);
             if (after && (best < 0 || v > bv)) {
@@ -38,47 +39,51 @@ extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logi
                 bv = v;
             }
         }
-        idx[j] = best;
-        w[j] = bv;
+        // A total order (valid first, value desc, index asc): every lane
+        // ends with the same pick.
+        for (int o = 16; o > 0; o >>= 1) {
+            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+                best = ob;
+                bv = ov;
+            }
+        }
+        if (lane == j) {
+            mine = best;
+            mine_v = bv;
+        }
         pv = bv;
         pi = best;
     }
+    const bool picked = lane < top_k;
+    // The k weights' sum, in selection order.
+    auto sum_picks = [&](float v) {
+        float s = 0.0f;
+        for (u32 j = 0; j < top_k; j++) s += __shfl_sync(0xffffffffu, v, j);
+        return s;
+    };
+    float w;
     if (mode == 0) {
-        const float max = w[0];
-        float sum = 0.0f;
-        for (u32 j = 0; j < top_k; j++) {
-            w[j] = expf(w[j] - max);
-            sum += w[j];
-        }
-        for (u32 j = 0; j < top_k; j++) w[j] /= sum;
+        const float max = __shfl_sync(0xffffffffu, mine_v, 0);
+        w = picked ? expf(mine_v - max) : 0.0f;
+        w /= sum_picks(w);
     } else {
         float max = NEG_INF;
-        for (u32 e = 0; e < num_experts; e++) max = fmaxf(max, lg[e]);
-        float sum = 0.0f;
-        for (u32 e = 0; e < num_experts; e++) sum += expf(lg[e] - max);
-        for (u32 j = 0; j < top_k; j++) w[j] = expf(w[j] - max) / sum;
-        if (mode == 2) {
-            float s = 0.0f;
-            for (u32 j = 0; j < top_k; j++) s += w[j];
-            for (u32 j = 0; j < top_k; j++) w[j] /= s;
-        }
+        for (u32 e = lane; e < num_experts; e += 32) max = fmaxf(max, lg[e]);
+        for (int o = 16; o > 0; o >>= 1) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, o));
+        float part = 0.0f;
+        for (u32 e = lane; e < num_experts; e += 32) part += expf(lg[e] - max);
+        const float sum = warp_sum(part);
+        w = picked ? expf(mine_v - max) / sum : 0.0f;
+        if (mode == 2) w /= sum_picks(w);
     }
-    // Insertion sort by expert index.
-    for (u32 j = 1; j < top_k; j++) {
-        const int e = idx[j];
-        const float v = w[j];
-        int i = (int)j - 1;
-        while (i >= 0 && idx[i] > e) {
-            idx[i + 1] = idx[i];
-            w[i + 1] = w[i];
-            i--;
-        }
-        idx[i + 1] = e;
-        w[i + 1] = v;
-    }
-    for (u32 j = 0; j < top_k; j++) {
-        sel_e[(u64)r * top_k + j] = idx[j];
-        sel_w[(u64)r * top_k + j] = w[j];
+    // Ascending by expert: a pick's slot is the number of smaller picks.
+    u32 slot = 0;
+    for (u32 j = 0; j < top_k; j++) slot += __shfl_sync(0xffffffffu, mine, j) < mine;
+    if (picked) {
+        sel_e[(u64)r * top_k + slot] = mine;
+        sel_w[(u64)r * top_k + slot] = w;
     }
 }
 

@@ -6,7 +6,8 @@
 //! remembers which position each slot holds. This module owns the store and
 //! the launch geometry (the slot range to scan, the split over it) of the
 //! split-KV kernels, and sends prompt-sized calls (`Precision::Bf16`, head
-//! dims the flash kernel has) to `crate::flash_attention`; it must not
+//! dims the flash kernel has) to `crate::flash_attention`; writes into the
+//! store are `crate::rope_kv`'s (one kernel with RoPE). It must not
 //! synchronise with the host.
 
 use cudarc::driver::CudaSlice;
@@ -65,32 +66,6 @@ impl CudaKv {
             .unwrap_or_else(|e| panic!("CUDA: {e}"));
         (get(&self.k), get(&self.v), pos)
     }
-}
-
-pub fn kv_write(be: &Cuda, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, batch: &CudaBatch) {
-    let d = kv.spec.kv_dim;
-    let n = batch.rows();
-    assert_eq!((k.rows, k.cols), (n, d), "kv_write: k is not [{n}, {d}]");
-    assert_eq!((v.rows, v.cols), (n, d), "kv_write: v is not [{n}, {d}]");
-    if n == 0 || kv.spec.capacity == 0 {
-        return;
-    }
-    be.launch(
-        &be.k.kv_write,
-        (n as u32, d.div_ceil(256) as u32, 1),
-        256,
-        &[
-            Arg::Ptr(be.ptr(&kv.k)),
-            Arg::Ptr(be.ptr(&kv.v)),
-            Arg::Ptr(be.ptr(&kv.slot_pos)),
-            Arg::Ptr(be.ptr(&k.data)),
-            Arg::Ptr(be.ptr(&v.data)),
-            Arg::Ptr(be.ptr(&batch.positions)),
-            Arg::U32(n as u32),
-            Arg::U32(d as u32),
-            Arg::U32(kv.spec.capacity as u32),
-        ],
-    );
 }
 
 /// The slots that can hold a key visible to some query: while no position

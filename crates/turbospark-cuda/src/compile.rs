@@ -23,7 +23,7 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 pub const SOURCES: [(&str, &str); 9] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
-    ("rope.cu", include_str!("../kernels/rope.cu")),
+    ("rope_kv.cu", include_str!("../kernels/rope_kv.cu")),
     ("gemv.cu", include_str!("../kernels/gemv.cu")),
     ("convert.cu", include_str!("../kernels/convert.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),

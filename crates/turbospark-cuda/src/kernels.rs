@@ -18,7 +18,7 @@ use crate::compile::{SOURCES, cubin, recompile};
 /// Threads per block of the element-wise kernels.
 pub const BLOCK: u32 = 256;
 
-/// The RoPE kernel's by-value table (`struct RopeFreqs` in kernels/rope.cu):
+/// The RoPE kernel's by-value table (`struct RopeFreqs` in kernels/rope_kv.cu):
 /// inv_freq for up to 256 pairs, i.e. head_dim ≤ 512.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -74,27 +74,40 @@ macro_rules! kernels {
 kernels! {
     "elementwise.cu" => [embed, add_inplace, scale_inplace, softcap_inplace, glu, add_bias],
     "norm.cu" => [rms_norm, add_rms_norm],
-    "rope.cu" => [rope],
+    "rope_kv.cu" => [rope_kv_write],
     "gemv.cu" => [
         gemv_f32, gemv_bf16, gemv_f16, gemv_mxfp4, gemv_q8, gemv_q4,
         gemv_f32_x1, gemv_bf16_x1, gemv_f16_x1, gemv_mxfp4_x1, gemv_q8_x1, gemv_q4_x1,
+        gemv_mxfp4_qx, gemv_q8_qx, gemv_q4_qx,
     ],
     "convert.cu" => [split_bf16, to_bf16, widen_f32, mxfp4_to_bf16, dequant_bf16],
-    "attention.cu" => [kv_write, attn_partial, attn_combine],
+    "attention.cu" => [attn_partial, attn_combine],
     "sample.cu" => [argmax_rows],
     "moe.cu" => [moe_route, moe_act, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
     "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
 }
 
 /// Launches `f` on `stream` with `grid` blocks of `block` threads.
-///
-/// Panics when the launch fails: the backend trait has no error path for
-/// operations, and a failed launch means a broken device or a bug.
 pub fn launch(
     stream: &CudaStream,
     f: &CudaFunction,
     grid: (u32, u32, u32),
     block: u32,
+    args: &[Arg],
+) {
+    launch_shared(stream, f, grid, block, 0, args)
+}
+
+/// [`launch`] with `shared` bytes of dynamic shared memory a block.
+///
+/// Panics when the launch fails: the backend trait has no error path for
+/// operations, and a failed launch means a broken device or a bug.
+pub fn launch_shared(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    shared: u32,
     args: &[Arg],
 ) {
     let mut b = stream.launch_builder(f);
@@ -112,7 +125,7 @@ pub fn launch(
     let cfg = LaunchConfig {
         grid_dim: grid,
         block_dim: (block, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: shared,
     };
     // SAFETY: every call site passes the arguments of the kernel's C
     // signature, in order and with the C types (see `Arg`); pointers are

@@ -25,6 +25,7 @@ pub mod kernels;
 pub mod linear;
 pub mod moe;
 pub mod ops;
+pub mod rope_kv;
 pub mod sample;
 pub mod weight;
 
@@ -65,15 +66,18 @@ pub enum CudaError {
     },
 }
 
-/// The operand precision of the compute-bound (prefill) paths. Decode
-/// (GEMV, split-KV attention) is f32 arithmetic on the stored weights in
-/// both.
+/// The operand precision of the compute-bound (prefill) paths, and of the
+/// decode GEMVs of grouped weights (MXFP4, int8, int4). Other decode work
+/// (dense GEMVs, split-KV attention) is f32 arithmetic on the stored
+/// weights in both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
     /// Tensor-core bf16 operands with f32 accumulation: activations are
     /// rounded to bf16 for the prefill GEMMs and the flash-attention
-    /// kernel, MoE prefill is grouped by expert. Results within ~1e-2 of
-    /// the rms of f32 arithmetic. The default.
+    /// kernel, MoE prefill is grouped by expert; one-row GEMVs of grouped
+    /// weights round x per 32 values to int16 (MXFP4) or int8 (int8/int4)
+    /// codes and multiply codes in integers (kernels/gemv.cu). Results within ~1e-2 of the rms of f32
+    /// arithmetic. The default.
     #[default]
     Bf16,
     /// f32-level results everywhere (x split into bf16 hi + lo for the
@@ -279,6 +283,18 @@ impl Cuda {
         args: &[kernels::Arg],
     ) {
         kernels::launch(&self.stream, f, grid, block, args);
+    }
+
+    /// [`Cuda::launch`] with `shared` bytes of dynamic shared memory.
+    pub(crate) fn launch_shared(
+        &self,
+        f: &cudarc::driver::CudaFunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared: u32,
+        args: &[kernels::Arg],
+    ) {
+        kernels::launch_shared(&self.stream, f, grid, block, shared, args);
     }
 }
 
@@ -494,7 +510,7 @@ impl Backend for Cuda {
     }
 
     fn rope(&self, x: &mut CudaTensor, head_dim: usize, batch: &CudaBatch, rope: &RopeTable) {
-        ops::rope(self, x, head_dim, batch, rope);
+        rope_kv::rope(self, x, head_dim, batch, rope);
     }
 
     fn kv_alloc(&self, spec: KvSpec) -> CudaKv {
@@ -502,7 +518,20 @@ impl Backend for Cuda {
     }
 
     fn kv_write(&self, kv: &mut CudaKv, k: &CudaTensor, v: &CudaTensor, batch: &CudaBatch) {
-        attention::kv_write(self, kv, k, v, batch);
+        rope_kv::kv_write(self, kv, k, v, batch);
+    }
+
+    fn rope_kv_write(
+        &self,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        v: &CudaTensor,
+        kv: &mut CudaKv,
+        head_dim: usize,
+        batch: &CudaBatch,
+        rope: &RopeTable,
+    ) {
+        rope_kv::rope_kv_write(self, q, k, v, kv, head_dim, batch, rope);
     }
 
     fn attention(

@@ -64,6 +64,15 @@ fn warps_per_row(sm_count: u32, jobs: u32, m: u32, per_warp: u32) -> u32 {
         .unwrap_or(8)
 }
 
+/// Blocks along y of a persistent (integer-activation) GEMV launch that has
+/// `blocks` blocks of work per job and room for `resident` blocks at once:
+/// each block takes the same number of them in turn (as few as fill the
+/// GPU), so the work is even and each block rounds its x row once.
+fn persistent_blocks(blocks: u32, jobs: u32, resident: u32) -> u32 {
+    let per_job = (resident / jobs.max(1)).max(1);
+    blocks.div_ceil(blocks.div_ceil(per_job))
+}
+
 /// Blocks along y for `m` output rows with `wpr` warps per row group.
 fn gemv_blocks(m: u32, wpr: u32, per_warp: u32) -> u32 {
     m.div_ceil(GEMV_WARPS_PER_BLOCK / wpr * per_warp)
@@ -263,9 +272,13 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
     let wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
     let blocks = gemv_blocks(rows, wpr, per_warp);
     assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");
-    // One row of x (decode) has kernels of its own with fewer registers.
+    // One row of x (decode) has kernels of its own with fewer registers;
+    // the grouped formats' take integer activations unless f32-level
+    // results are asked for (kernels/gemv.cu).
     let k = &be.k;
     let one = j.nx == 1;
+    let qx_shared = grouped_qx_shared(&w0.data, j.k);
+    let qx = grouped && one && be.precision() == Precision::Bf16 && qx_shared <= MAX_DYNAMIC_SHARED;
     let f = match &w0.data {
         WeightData::Dense { dtype, .. } => match (dtype, one) {
             (Dense::F32, true) => &k.gemv_f32_x1,
@@ -275,13 +288,16 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
             (Dense::F16, true) => &k.gemv_f16_x1,
             (Dense::F16, false) => &k.gemv_f16,
         },
+        WeightData::Mxfp4 { .. } if qx => &k.gemv_mxfp4_qx,
         WeightData::Mxfp4 { .. } if one => &k.gemv_mxfp4_x1,
         WeightData::Mxfp4 { .. } => &k.gemv_mxfp4,
-        WeightData::Quantized { quant, .. } => match (quant, one) {
-            (Quant::Int8, true) => &k.gemv_q8_x1,
-            (Quant::Int8, false) => &k.gemv_q8,
-            (Quant::Int4, true) => &k.gemv_q4_x1,
-            (Quant::Int4, false) => &k.gemv_q4,
+        WeightData::Quantized { quant, .. } => match (quant, one, qx) {
+            (Quant::Int8, _, true) => &k.gemv_q8_qx,
+            (Quant::Int8, true, false) => &k.gemv_q8_x1,
+            (Quant::Int8, false, _) => &k.gemv_q8,
+            (Quant::Int4, _, true) => &k.gemv_q4_qx,
+            (Quant::Int4, true, false) => &k.gemv_q4_x1,
+            (Quant::Int4, false, _) => &k.gemv_q4,
         },
     };
     let args = [
@@ -294,7 +310,31 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
         Arg::U32(j.k),
         Arg::U32(wpr),
     ];
-    be.launch(f, (j.jobs, blocks, 1), 32 * GEMV_WARPS_PER_BLOCK, &args);
+    let threads = 32 * GEMV_WARPS_PER_BLOCK;
+    if qx {
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, qx_shared as usize, None)
+            .unwrap_or_else(|e| panic!("CUDA: occupancy query: {e}"));
+        let grid_y = persistent_blocks(blocks, j.jobs, per_sm.max(1) * be.sm_count);
+        be.launch_shared(f, (j.jobs, grid_y, 1), threads, qx_shared, &args);
+    } else {
+        be.launch(f, (j.jobs, blocks, 1), threads, &args);
+    }
+}
+
+/// Dynamic shared memory a block may use without opting in.
+const MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
+
+/// Shared bytes of an integer-activation GEMV block for rows of `k`
+/// values: one code a value (int16 for MXFP4, int8 for int8/int4) and one
+/// f32 step per 32.
+fn grouped_qx_shared(w: &WeightData, k: u32) -> u32 {
+    let code = if matches!(w, WeightData::Mxfp4 { .. }) {
+        2
+    } else {
+        1
+    };
+    k * code + k / 32 * 4
 }
 
 /// The element type the GEMM path reads x in, for a weight's format.
@@ -621,5 +661,18 @@ mod tests {
         // Grouped segments are padded to whole quads: 37 rows take 10 warps'
         // worth (40 rows) of blocks.
         assert_eq!(gemv_blocks(37_u32.next_multiple_of(4), 8, 4), 10);
+    }
+
+    #[test]
+    fn persistent_blocks_share_the_work_evenly() {
+        // Llama-8B int4 gate+up: 896 blocks of work, 528 resident: two
+        // each for 448 blocks.
+        assert_eq!(persistent_blocks(896, 1, 528), 448);
+        // Fewer than fit: one each.
+        assert_eq!(persistent_blocks(300, 1, 528), 300);
+        // Four MXFP4 expert jobs of 180 blocks, 396 resident (99 a job).
+        assert_eq!(persistent_blocks(180, 4, 396), 90);
+        // More jobs than resident blocks: still one block a job.
+        assert_eq!(persistent_blocks(7, 600, 396), 1);
     }
 }

@@ -30,7 +30,7 @@ use crate::linear::{GEMM_MIN_ROWS, GemvJob, XType, gemm_rows, gemv, weight_scrat
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaTensor, Precision};
 
-/// Most experts a token may select (the routing kernel's arrays).
+/// Most experts a token may select (one lane of the routing warp each).
 pub const MAX_TOP_K: usize = 32;
 
 pub fn moe(
@@ -84,7 +84,8 @@ pub fn moe(
     };
     be.launch(
         &be.k.moe_route,
-        ((n as u32).div_ceil(128), 1, 1),
+        // One warp a token.
+        ((n as u32).div_ceil(4), 1, 1),
         128,
         &[
             Arg::Ptr(be.ptr(&sel_e)),

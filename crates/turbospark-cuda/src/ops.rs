@@ -1,13 +1,12 @@
 //! Row-wise operations: embedding lookup, RMSNorm, residual add, gated
-//! activations, scale, softcap, RoPE (kernels/elementwise.cu, norm.cu,
-//! rope.cu). This module checks shapes and launches; the numerics (f32, the
-//! CPU backend's formulas and order) are documented in the kernels. It must
-//! not synchronise with the host.
+//! activations, scale, softcap (kernels/elementwise.cu, norm.cu; RoPE is
+//! `crate::rope_kv`'s). This module checks shapes and launches; the
+//! numerics (f32, the CPU backend's formulas and order) are documented in
+//! the kernels. It must not synchronise with the host.
 
-use turbospark_backend::RopeTable;
 use turbospark_format::Activation;
 
-use crate::kernels::{Arg, BLOCK, RopeFreqs, grid_for};
+use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaBatch, CudaTensor};
 
@@ -197,38 +196,6 @@ pub fn add_bias(be: &Cuda, out: &mut CudaTensor, bias: &CudaWeight) {
             Arg::I32(dt),
             Arg::U32(out.rows as u32),
             Arg::U32(out.cols as u32),
-        ],
-    );
-}
-
-pub fn rope(be: &Cuda, x: &mut CudaTensor, head_dim: usize, batch: &CudaBatch, rope: &RopeTable) {
-    assert_eq!(batch.rows(), x.rows, "rope: one position per row");
-    // Pairs beyond the table stay as they are, as on the CPU.
-    let pairs = rope.inv_freq.len().min(head_dim / 2);
-    let mut freqs = Box::new(RopeFreqs([0.0; 256]));
-    assert!(
-        pairs <= freqs.0.len(),
-        "rope: more than {} frequencies",
-        freqs.0.len()
-    );
-    freqs.0[..pairs].copy_from_slice(&rope.inv_freq[..pairs]);
-    let n = (x.rows * (x.cols / head_dim.max(1)) * pairs) as u64;
-    if n == 0 {
-        return;
-    }
-    be.launch(
-        &be.k.rope,
-        grid_for(n),
-        BLOCK,
-        &[
-            Arg::Ptr(be.ptr(&x.data)),
-            Arg::Ptr(be.ptr(&batch.positions)),
-            Arg::Freqs(freqs),
-            Arg::F32(rope.attention_factor),
-            Arg::U32(x.rows as u32),
-            Arg::U32(x.cols as u32),
-            Arg::U32(head_dim as u32),
-            Arg::U32(pairs as u32),
         ],
     );
 }

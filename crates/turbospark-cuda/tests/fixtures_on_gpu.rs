@@ -2,10 +2,11 @@
 //! `tools/reference/make_fixtures.py`) run on the GPU and compared with
 //! transformers' own float32 logits, as the CPU harness does.
 //!
-//! Both operand precisions of the prefill paths are checked
-//! (`turbospark_cuda::Precision`), each with one prefill chunk and with
-//! chunks of 3 (which wraps the sliding-window rings and runs the prompt
-//! through the decode kernels):
+//! Both operand precisions are checked (`turbospark_cuda::Precision`),
+//! each with one prefill chunk, with chunks of 3 (which wraps the
+//! sliding-window rings and runs the prompt through the decode kernels),
+//! and token by token (the one-row decode kernels, which in `Bf16` give
+//! grouped weights integer activations):
 //! - `F32`: max |Δlogit| / std of the reference logits ≤ 1e-3 at every
 //!   position and argmax equal at ≥ 99% of positions (the CPU harness's
 //!   bound).
@@ -76,7 +77,7 @@ fn every_fixture_matches_transformers_on_the_gpu() {
         be.set_precision(precision);
         for dir in &dirs {
             let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-            for chunk in [512, 3] {
+            for chunk in [512, 3, 1] {
                 let c = compare_fixture(&be, dir, chunk);
                 let (median, p90) = (quantile(&c.rel_errs, 0.5), quantile(&c.rel_errs, 0.9));
                 let err = c.worst_rel_err;
@@ -103,7 +104,11 @@ fn every_fixture_matches_transformers_on_the_gpu() {
 /// of the same step run operation by operation (`set_eager`), on every
 /// fixture, for 12 greedy steps after the prompt: the recording sizes
 /// attention for the whole ring, so only the split of the key range (the
-/// summation order) may differ. Tolerance 1e-4 of the logits' std.
+/// summation order) may differ. Tolerance 1e-3 of the logits' std: a
+/// rounding-order difference of ~1e-7 can move an integer activation code
+/// of a grouped GEMV by one step (2⁻¹⁵ of its group's largest value for
+/// MXFP4), measured 1.4e-4 on gpt-oss-mxfp4; a wrong position or a stale
+/// buffer moves logits by O(std).
 #[test]
 fn recorded_decode_equals_eager_decode() {
     let Ok(be) = Cuda::new() else {
@@ -139,7 +144,7 @@ fn recorded_decode_equals_eager_decode() {
                 .map(|(x, y)| (x - y).abs())
                 .fold(0.0f32, f32::max);
             assert!(
-                err <= 1e-4 * std,
+                err <= 1e-3 * std,
                 "{name}: step {step}: recorded vs eager max|Δ| {err} (std {std})"
             );
         }

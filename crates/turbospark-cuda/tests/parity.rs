@@ -6,7 +6,19 @@
 //!
 //! Tolerances, as max |Δ| / rms(reference) over each output:
 //! - copies (embed, row, add, scale, KV store contents): exact;
-//! - f32 paths (norm, activations, RoPE, GEMV, attention, MoE decode): 1e-4;
+//! - f32 paths (norm, activations, RoPE, GEMV, attention, MoE decode): 1e-4,
+//!   also for the keys the fused RoPE + KV write stores (rotated); the
+//!   fused op equals the CUDA backend's separate RoPE and KV write bit for
+//!   bit;
+//! - GEMVs of the grouped formats on one row of x in `Precision::Bf16`,
+//!   which round x per 32 values to integer codes of step amax / X_MAX:
+//!   int8/int4 weights (X_MAX 127): 3e-2. Uniform x has a rounding error
+//!   of rms ≈ (1/127)/√12 ≈ 2.3e-3 of its group max, ≈ 4e-3 of its own
+//!   rms, and each output is off by about that fraction of the rms; the
+//!   largest of ~100 outputs ≈ 3.5 times that, ~1.4e-2. MXFP4 (int16 x,
+//!   X_MAX 32767): 256 times less, 1e-3 (MoE decode on MXFP4 experts
+//!   rounds the input and the activations: the same bound). In
+//!   `Precision::F32` these GEMVs are f32 (1e-4);
 //! - f32 GEMMs of `linear` (≥ 4 rows, f32 and f16 weights): 1e-3, covering
 //!   cuBLAS's accumulation order;
 //! - bf16 GEMMs of `linear` (≥ 4 rows; bf16, MXFP4, int8, int4 weights):
@@ -27,9 +39,9 @@
 //! passes.
 
 use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, RopeTable};
-use turbospark_cpu::{Cpu, CpuWeight};
+use turbospark_cpu::{Cpu, CpuKv, CpuWeight};
 use turbospark_cuda::linear::XType;
-use turbospark_cuda::{Cuda, CudaTensor, CudaWeight, Precision};
+use turbospark_cuda::{Cuda, CudaKv, CudaTensor, CudaWeight, Precision, WeightData};
 use turbospark_format::{Activation, AttnSpan, DType, ExpertAct, HostTensor, Routing};
 
 mod common;
@@ -40,6 +52,17 @@ const F32_TOL: f32 = 1e-4;
 const GEMM_F32_TOL: f32 = 1e-3;
 const GEMM_BF16_TOL: f32 = 2e-2;
 const MOE_GROUPED_TOL: f32 = 5e-2;
+const GEMV_INT8_X_TOL: f32 = 3e-2;
+const GEMV_INT16_X_TOL: f32 = 1e-3;
+
+/// The bound of a GEMV on `n` < 4 rows of x (see the module documentation).
+fn gemv_tol(g: &Cuda, w: &CudaWeight, n: usize) -> f32 {
+    match (&w.data, n == 1 && g.precision() == Precision::Bf16) {
+        (WeightData::Mxfp4 { .. }, true) => GEMV_INT16_X_TOL,
+        (WeightData::Quantized { .. }, true) => GEMV_INT8_X_TOL,
+        _ => F32_TOL,
+    }
+}
 
 #[test]
 fn uploads_and_weight_bytes_match_the_cpu() {
@@ -267,7 +290,7 @@ fn linear_case(
     Cpu.linear(&cx, &w.0, b.as_ref().map(|b| &b.0), &mut c);
     g.linear(&gx, &w.1, b.as_ref().map(|b| &b.1), &mut o);
     let tol = match (n < 4, XType::of(&w.1)) {
-        (true, _) => F32_TOL,
+        (true, _) => gemv_tol(g, &w.1, n),
         (false, XType::F32) => GEMM_F32_TOL,
         (false, XType::Bf16) => GEMM_BF16_TOL,
     };
@@ -296,11 +319,24 @@ fn linear_dense_formats_in_both_regimes() {
     }
 }
 
+/// In both precisions: one row of x takes the integer-activation kernels
+/// in `Bf16`, the f32 ones in `F32`. 40,000 rows are more blocks of work
+/// than fit on an H200 at once, so the persistent integer-activation
+/// blocks take three turns each.
 #[test]
 fn linear_grouped_formats_in_both_regimes() {
-    let Some(g) = gpu() else { return };
+    let Some(mut g) = gpu() else { return };
     let mut rng = Rng(8);
-    for (k, m) in [(32, 5), (64, 70), (2880, 96)] {
+    for (precision, k, m) in [
+        (Precision::Bf16, 32, 5),
+        (Precision::Bf16, 64, 70),
+        (Precision::Bf16, 2880, 96),
+        (Precision::Bf16, 14336, 40),
+        (Precision::Bf16, 64, 40_000),
+        (Precision::F32, 64, 70),
+        (Precision::F32, 2880, 96),
+    ] {
+        g.set_precision(precision);
         let mut formats = vec![("mxfp4".to_string(), mxfp4(&g, &mut rng, &[m], k))];
         for q in [Quant::Int8, Quant::Int4] {
             formats.push((
@@ -310,7 +346,8 @@ fn linear_grouped_formats_in_both_regimes() {
         }
         for (name, w) in &formats {
             for n in [1, 3, 5, 64] {
-                linear_case(&g, &mut rng, w, n, Some(DType::BF16), name);
+                let what = format!("{name} {precision:?}");
+                linear_case(&g, &mut rng, w, n, Some(DType::BF16), &what);
             }
         }
     }
@@ -354,7 +391,7 @@ fn linears_share_one_launch_per_format() {
                     let mut c = Cpu.tensor(n, ms[i]);
                     Cpu.linear(&cx, &w.0, b.as_ref().map(|b| &b.0), &mut c);
                     let what = format!("linears {fmt} k={k} part {i} of {ms:?} n={n}");
-                    check(&what, &g, &outs[i], &c, F32_TOL);
+                    check(&what, &g, &outs[i], &c, gemv_tol(&g, &w.1, n));
                 }
             }
         }
@@ -386,6 +423,136 @@ fn kv_store_follows_the_ring() {
         assert_eq!(pos, ckv.slot_pos, "slot positions after {positions:?}");
         assert_eq!(k, ckv.k, "keys after {positions:?}");
         assert_eq!(v, ckv.v, "values after {positions:?}");
+    }
+}
+
+/// A RoPE table of `pairs` frequencies (fewer than head_dim / 2 leaves the
+/// last pairs unrotated) and attention factor `factor`.
+fn rope_table(head_dim: usize, pairs: usize, factor: f32) -> RopeTable {
+    RopeTable {
+        inv_freq: (0..pairs)
+            .map(|i| 10000f32.powf(-((2 * i) as f32) / head_dim as f32))
+            .collect(),
+        attention_factor: factor,
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The CUDA store holds what the CPU's does: slot positions and values
+/// exactly, keys (rotated) within RoPE's tolerance.
+fn check_store(what: &str, g: &Cuda, gkv: &CudaKv, ckv: &CpuKv) {
+    let (k, v, pos) = gkv.to_host(g);
+    assert_eq!(pos, ckv.slot_pos, "{what}: slot positions");
+    assert_eq!(bits(&v), bits(&ckv.v), "{what}: values");
+    let err = rel_err(&k, &ckv.k);
+    assert!(
+        err <= F32_TOL,
+        "{what}: keys max|Δ|/rms = {err} > {F32_TOL}"
+    );
+}
+
+/// The fused RoPE + KV write against the CPU's three operations (the
+/// trait's default) and, bit for bit, against the CUDA backend's own
+/// `rope`, `rope`, `kv_write`: q and k rotated in place, and the store's
+/// keys, values and slot positions. Odd head counts, GQA, a table shorter
+/// than head_dim / 2, head_dim 256, far positions, and chunks that wrap a
+/// ring of 7 slots (one holds more rows than slots: the last row wins).
+#[test]
+fn rope_kv_write_equals_rope_rope_kv_write() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(24);
+    // (q heads, KV heads, head_dim, table pairs, attention factor)
+    for (qh, kh, hd, pairs, factor) in [
+        (3, 3, 64, 32, 1.0),
+        (6, 2, 16, 8, 1.3),
+        (5, 1, 128, 64, 1.0),
+        (4, 2, 32, 12, 1.0),
+        (2, 1, 256, 128, 0.9),
+    ] {
+        let rope = rope_table(hd, pairs, factor);
+        let (q_dim, kv_dim) = (qh * hd, kh * hd);
+        let spec = KvSpec {
+            capacity: 7,
+            kv_dim,
+        };
+        let mut ckv = Cpu.kv_alloc(spec);
+        let (mut fused, mut apart) = (g.kv_alloc(spec), g.kv_alloc(spec));
+        let mut pos = 4090u32;
+        for n in [3, 5, 1, 9, 1] {
+            let positions: Vec<u32> = (pos..pos + n as u32).collect();
+            pos += n as u32;
+            let tokens = vec![0; n];
+            let (cb, gb) = (Cpu.batch(&tokens, &positions), g.batch(&tokens, &positions));
+            let qd = rng.vec(n * q_dim, 2.0);
+            let kd = rng.vec(n * kv_dim, 2.0);
+            let (mut cq, mut gq) = tensors(&g, &qd, n, q_dim);
+            let (mut ck, mut gk) = tensors(&g, &kd, n, kv_dim);
+            let (cv, gv) = tensors(&g, &rng.vec(n * kv_dim, 2.0), n, kv_dim);
+            Cpu.rope_kv_write(&mut cq, &mut ck, &cv, &mut ckv, hd, &cb, &rope);
+            g.rope_kv_write(&mut gq, &mut gk, &gv, &mut fused, hd, &gb, &rope);
+            let mut aq = g.upload_tensor(&qd, n, q_dim);
+            let mut ak = g.upload_tensor(&kd, n, kv_dim);
+            g.rope(&mut aq, hd, &gb, &rope);
+            g.rope(&mut ak, hd, &gb, &rope);
+            g.kv_write(&mut apart, &ak, &gv, &gb);
+
+            let what = format!("{qh}/{kh} heads of {hd}, {pairs} pairs, at {positions:?}");
+            check(&format!("{what}: q"), &g, &gq, &cq, F32_TOL);
+            check(&format!("{what}: k"), &g, &gk, &ck, F32_TOL);
+            check_store(&what, &g, &fused, &ckv);
+            let host = |t: &CudaTensor| bits(&g.to_host(t));
+            assert_eq!(host(&gq), host(&aq), "{what}: q differs from rope's");
+            assert_eq!(host(&gk), host(&ak), "{what}: k differs from rope's");
+            let ((k, v, slots), (ak, av, aslots)) = (fused.to_host(&g), apart.to_host(&g));
+            assert_eq!(
+                slots, aslots,
+                "{what}: slot positions differ from kv_write's"
+            );
+            assert_eq!(bits(&k), bits(&ak), "{what}: keys differ from kv_write's");
+            assert_eq!(bits(&v), bits(&av), "{what}: values differ from kv_write's");
+        }
+    }
+}
+
+/// A recorded fused step (one row) replayed at later positions equals the
+/// CPU's eager steps: the launch does not depend on the position, each
+/// replay reads it from the overwritten batch, and the ring of 5 slots
+/// wraps.
+#[test]
+fn recorded_rope_kv_write_replays_at_new_positions() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(25);
+    let (qh, kh, hd) = (6, 2, 64);
+    let rope = rope_table(hd, hd / 2, 1.0);
+    let (q_dim, kv_dim) = (qh * hd, kh * hd);
+    let spec = KvSpec {
+        capacity: 5,
+        kv_dim,
+    };
+    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+    let (mut gq, mut gk, mut gv) = (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
+    let mut gb = g.batch(&[0], &[0]);
+    assert!(g.begin_graph(), "the CUDA backend records");
+    g.rope_kv_write(&mut gq, &mut gk, &gv, &mut gkv, hd, &gb, &rope);
+    let graph = g.end_graph().expect("a recording");
+    for pos in (0..12u32).chain([1000, 4095, 123_456]) {
+        let (mut cq, q) = tensors(&g, &rng.vec(q_dim, 2.0), 1, q_dim);
+        let (mut ck, k) = tensors(&g, &rng.vec(kv_dim, 2.0), 1, kv_dim);
+        let (cv, v) = tensors(&g, &rng.vec(kv_dim, 2.0), 1, kv_dim);
+        g.copy(&q, &mut gq);
+        g.copy(&k, &mut gk);
+        g.copy(&v, &mut gv);
+        g.set_batch(&mut gb, &[0], &[pos]);
+        g.replay(&graph);
+        let cb = Cpu.batch(&[0], &[pos]);
+        Cpu.rope_kv_write(&mut cq, &mut ck, &cv, &mut ckv, hd, &cb, &rope);
+        let what = format!("replayed rope_kv_write at {pos}");
+        check(&format!("{what}: q"), &g, &gq, &cq, F32_TOL);
+        check(&format!("{what}: k"), &g, &gk, &ck, F32_TOL);
+        check_store(&what, &g, &gkv, &ckv);
     }
 }
 
@@ -582,13 +749,18 @@ fn moe_case(
     let (mut c, mut o) = (Cpu.tensor(rows, hidden), g.tensor(rows, hidden));
     Cpu.moe(&cx, &cl, &set.cpu(), p, &mut c);
     g.moe(&gx, &gl, &set.gpu(), p, &mut o);
-    let tol = if rows < 4 { F32_TOL } else { MOE_GROUPED_TOL };
+    // The per-token jobs (< 4 rows) are GEMVs on one row each.
+    let tol = match (g.precision(), rows < 4) {
+        (_, true) => gemv_tol(g, &set.gate_up.1, 1),
+        (Precision::F32, false) => F32_TOL,
+        (Precision::Bf16, false) => MOE_GROUPED_TOL,
+    };
     check(&format!("moe {what} {p:?} rows={rows}"), g, &o, &c, tol);
 }
 
 #[test]
 fn moe_routing_modes_activations_and_formats() {
-    let Some(g) = gpu() else { return };
+    let Some(mut g) = gpu() else { return };
     let mut rng = Rng(11);
     let (experts, hidden, width) = (8, 64, 32);
     let routings = [
@@ -619,9 +791,12 @@ fn moe_routing_modes_activations_and_formats() {
                     routing,
                     act,
                 };
-                for rows in [1, 3, 5, 33] {
-                    let what = format!("mxfp4={mx} biases={biases}");
-                    moe_case(&g, &mut rng, &set, &p, rows, &[], &what);
+                for precision in [Precision::Bf16, Precision::F32] {
+                    g.set_precision(precision);
+                    for rows in [1, 3, 5, 33] {
+                        let what = format!("mxfp4={mx} biases={biases} {precision:?}");
+                        moe_case(&g, &mut rng, &set, &p, rows, &[], &what);
+                    }
                 }
             }
         }

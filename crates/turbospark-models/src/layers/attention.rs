@@ -4,8 +4,10 @@
 //!
 //! Order of operations (as transformers): project, add bias (before RoPE:
 //! the reverse order is a different function), per-head norm, rotate q and
-//! k, store k (rotated) and v (never rotated), attend (with per-head sink
-//! logits when the family has them), project out. Weight names follow the Llama convention `{prefix}.q_proj.weight`.
+//! k, store k (rotated) and v (never rotated) (those three steps are one
+//! `Backend::rope_kv_write`, which a backend may fuse), attend (with
+//! per-head sink logits when the family has them), project out. Weight
+//! names follow the Llama convention `{prefix}.q_proj.weight`.
 
 use turbospark_backend::{AttnParams, Backend, RopeTable};
 use turbospark_format::{AttnSpan, ModelSpec};
@@ -88,9 +90,7 @@ impl<B: Backend> Attention<B> {
             be.rms_norm(&k, kn, self.norm_eps, &mut ko);
             (q, k) = (qo, ko);
         }
-        be.rope(&mut q, p.head_dim, batch, rope);
-        be.rope(&mut k, p.head_dim, batch, rope);
-        be.kv_write(kv, &k, &v, batch);
+        be.rope_kv_write(&mut q, &mut k, &v, kv, p.head_dim, batch, rope);
         let mut attn = be.tensor(n, q_dim);
         be.attention(&q, kv, batch, p, self.sinks.as_ref(), &mut attn);
         let mut out = be.tensor(n, be.shape(x).1);
