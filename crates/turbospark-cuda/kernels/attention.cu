@@ -6,7 +6,10 @@
 // 0 ≤ k ≤ q and, for a sliding span (window > 0), q − k < window
 // (crates/turbospark-cpu/src/attention.rs).
 //
-// Attention is split over the key slots (flash-decoding): `attn_partial`
+// Attention is split over the key slots (flash-decoding). `attn_gqa_*`
+// (below) serves every head_dim that is a multiple of 4 and groups of up
+// to 4-16 query heads per KV head; `attn_partial` the rest. Both write
+// per-split partial results that `attn_combine` merges. `attn_partial`
 // runs one block per (query row, head, split); each of its 4 warps walks a
 // strided subset of the split's slots with an online softmax (running max m,
 // denominator l, unnormalised output), warps merge in shared memory, and the
@@ -132,38 +135,233 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
     }
 }
 
+// The GQA decode kernel: one warp per (query row, KV head, split), two
+// splits to a block, so each key and value row is read once for all
+// `group` query heads that share it (8 for gpt-oss, 4 for Llama-3-8B)
+// instead of once per query head. The block's queries wait in shared
+// memory. Per tile of T slots (T · head_dim ≤ 2048 values):
+// - the tile's key and value rows are copied to the warp's shared memory
+//   with asynchronous 16-byte copies, all in flight at once (a decode step
+//   is bound by how many KV bytes are in flight, not by arithmetic);
+// - scores: lane t < T takes slot t0 + t and dots its key row with each of
+//   the group's queries (key rows padded by 4 floats: no bank conflicts);
+// - online softmax per head over the tile: warp max, p = exp(score − m),
+//   l and the output rescaled by exp(m_old − m_new);
+// - values: for each live slot of the tile, lanes over dimensions add p
+//   (shuffled from the slot's lane) times its value row to each head.
+// J = ceil(head_dim / 32) dimensions per lane, G = the most query heads a
+// group may have. Sums run in a different order from the CPU's (a dot in
+// float4 pieces, warp trees for the tile's max and denominator): equal up
+// to f32 rounding.
+#define GQA_WARPS 2
+#define GQA_TILE_VALUES 2048
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    u32 addr;
+    asm volatile("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }"
+                 : "=r"(addr)
+                 : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+template <int J, int G>
+__device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const float* q,
+                                         const float* kc, const float* vc, const i64* slot_pos,
+                                         const u32* positions, u32 num_heads, u32 group,
+                                         u32 head_dim, u32 kv_dim, float scale, float softcap,
+                                         i64 window, u32 slot_lo, u32 slot_hi, u32 per_split,
+                                         u32 capacity, u32 splits) {
+    constexpr int T = GQA_TILE_VALUES / (32 * J) < 32 ? GQA_TILE_VALUES / (32 * J) : 32;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const u32 kv_heads = num_heads / group;
+    const u32 row = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads;
+    const u32 split = blockIdx.y * GQA_WARPS + warp;
+    // The group's queries (contiguous heads kvh·group ..) for both warps.
+    __shared__ __align__(16) float qs[G * J * 32];
+    __shared__ __align__(16) float ks[GQA_WARPS][T * (J * 32 + 4)];
+    __shared__ __align__(16) float vs[GQA_WARPS][T * J * 32];
+    const float* qrow = q + ((u64)row * num_heads + (u64)kvh * group) * head_dim;
+    for (u32 i = threadIdx.x; i < group * head_dim; i += blockDim.x) qs[i] = qrow[i];
+    __syncthreads();
+    if (split >= splits) return;
+    const i64 qpos = (i64)positions[row];
+    u32 lo = slot_lo, hi = slot_hi;
+    if (qpos < (i64)capacity) {
+        hi = min(hi, (u32)qpos + 1u);
+        if (window > 0 && qpos + 1 > window) lo = max(lo, (u32)(qpos + 1 - window));
+    }
+    const u32 s0 = max(slot_lo + split * per_split, lo);
+    const u32 s1 = min(slot_lo + split * per_split + per_split, hi);
+    const u64 kv_off = (u64)kvh * head_dim;
+    const u32 h4 = head_dim / 4, kstride = h4 + 1;  // float4s a staged key row
+    const float4* q4 = (const float4*)qs;
+    float4* k4 = (float4*)ks[warp];
+    float4* v4 = (float4*)vs[warp];
+
+    float m[G], l[G], acc[G][J];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = NEG_INF;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; j++) acc[g][j] = 0.0f;
+    }
+    for (u32 t0 = s0; t0 < s1; t0 += T) {
+        const u32 nk = min((u32)T, s1 - t0);
+        for (u32 i = lane; i < nk * h4; i += 32) {
+            const u32 key = i / h4, c = i % h4;
+            const u64 src = (u64)(t0 + key) * kv_dim + kv_off + 4 * c;
+            cp_async16(&k4[key * kstride + c], kc + src);
+            cp_async16(&v4[key * h4 + c], vc + src);
+        }
+        bool live = false;
+        if (lane < nk) {
+            const i64 kp = slot_pos[t0 + lane];
+            live = !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
+        }
+        cp_async_wait_all();
+        __syncwarp();
+        float sc[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) sc[g] = 0.0f;
+        if (live) {
+            const float4* kk = k4 + lane * kstride;
+#pragma unroll 4
+            for (u32 d = 0; d < h4; d++) {
+                const float4 kv = kk[d];
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    if (g < (int)group) {
+                        const float4 qv = q4[g * h4 + d];
+                        sc[g] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+                    }
+                }
+            }
+        }
+        // Scores as the CPU forms them (scaled, softcapped), then the
+        // tile's softmax step per head; sc[g] becomes p.
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (g >= (int)group) continue;
+            float x = sc[g] * scale;
+            if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+            x = live ? x : NEG_INF;
+            float tmax = x;
+            for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+            if (tmax == NEG_INF) {  // no live slot in the tile (the whole warp)
+                sc[g] = 0.0f;
+                continue;
+            }
+            const float mn = fmaxf(m[g], tmax);
+            const float corr = expf(m[g] - mn);  // 0 before the first live slot
+            const float p = live ? expf(x - mn) : 0.0f;
+            l[g] = l[g] * corr + warp_sum(p);
+#pragma unroll
+            for (int j = 0; j < J; j++) acc[g][j] *= corr;
+            m[g] = mn;
+            sc[g] = p;
+        }
+        const u32 live_mask = __ballot_sync(0xffffffffu, live);
+        const float* vt = vs[warp];
+        for (u32 t = 0; t < nk; t++) {
+            if (!((live_mask >> t) & 1u)) continue;
+            float v[J];
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                const u32 d = lane + 32 * j;
+                v[j] = d < head_dim ? vt[t * head_dim + d] : 0.0f;
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                if (g >= (int)group) continue;
+                const float p = __shfl_sync(0xffffffffu, sc[g], t);
+#pragma unroll
+                for (int j = 0; j < J; j++) acc[g][j] += p * v[j];
+            }
+        }
+        __syncwarp();  // the next tile overwrites the staged rows
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (g >= (int)group) continue;
+        const u64 out = ((u64)row * num_heads + (u64)kvh * group + g) * splits + split;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const u32 d = lane + 32 * j;
+            if (d < head_dim) part_o[out * head_dim + d] = acc[g][j];
+        }
+        if (lane == 0) {
+            part_ml[out * 2] = m[g];
+            part_ml[out * 2 + 1] = l[g];
+        }
+    }
+}
+
+#define ATT_GQA_ARGS                                                                             \
+    float *part_o, float *part_ml, const float *q, const float *kc, const float *vc,             \
+        const i64 *slot_pos, const u32 *positions, u32 num_heads, u32 group, u32 head_dim,       \
+        u32 kv_dim, float scale, float softcap, i64 window, u32 slot_lo, u32 slot_hi,            \
+        u32 per_split, u32 capacity, u32 splits
+#define ATT_GQA_PASS                                                                             \
+    part_o, part_ml, q, kc, vc, slot_pos, positions, num_heads, group, head_dim, kv_dim, scale,  \
+        softcap, window, slot_lo, slot_hi, per_split, capacity, splits
+
+// (head_dim, group) bounds: ≤ 64 with up to 8 or 16 query heads a group,
+// ≤ 128 with 4 or 8, ≤ 256 with 4; the smaller group where it fits, as its
+// kernel needs fewer registers (src/attention.rs picks).
+#define ATT_GQA_KERNEL(name, J, G)                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * GQA_WARPS) name(ATT_GQA_ARGS) {           \
+        attn_gqa<J, G>(ATT_GQA_PASS);                                                            \
+    }
+ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8)
+ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16)
+ATT_GQA_KERNEL(attn_gqa_hd128_g4, 4, 4)
+ATT_GQA_KERNEL(attn_gqa_hd128_g8, 4, 8)
+ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
+
 // Most splits one (row, head) may have (the combine's shared weights).
 #define ATT_MAX_SPLITS 256
 
 // out [rows, heads·head_dim]; one block per (row, head). `sinks` (one logit
-// per head, dtype sinks_dt) is null when the layer has none. The first
-// thread computes each split's weight exp(m_s − M) and 1 / L once; every
-// thread then sums its output dimensions over the splits.
+// per head, dtype sinks_dt) is null when the layer has none. The block
+// finds the largest split maximum M, each split's weight exp(m_s − M) and
+// the denominator L together (threads over splits, block reductions), then
+// every thread sums its output dimensions over the splits.
 extern "C" __global__ void attn_combine(float* out, const float* part_o, const float* part_ml,
                                         const void* sinks, int sinks_dt, u32 num_heads,
                                         u32 head_dim, u32 splits) {
     const u32 rh = blockIdx.x, head = rh % num_heads;
     const float* ml = part_ml + (u64)rh * splits * 2;
     __shared__ float wgt[ATT_MAX_SPLITS];
-    __shared__ float inv;
-    if (threadIdx.x == 0) {
-        float M = NEG_INF;
-        for (u32 s = 0; s < splits; s++) M = fmaxf(M, ml[2 * s]);
-        float L = 0.0f;
-        if (sinks) {
-            const float sink = load_w(sinks, sinks_dt, head);
-            M = fmaxf(M, sink);
-            L = expf(sink - M);
-        }
-        for (u32 s = 0; s < splits; s++) {
-            // Splits that saw no visible key weigh nothing.
-            wgt[s] = ml[2 * s] != NEG_INF ? expf(ml[2 * s] - M) : 0.0f;
-            L += ml[2 * s + 1] * wgt[s];
-        }
-        // No visible key and no sink gives 0/0 = NaN, as on the CPU.
-        inv = 1.0f / L;
-    }
+    __shared__ float warp_max[32];
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    float M = NEG_INF;
+    for (u32 s = threadIdx.x; s < splits; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0) warp_max[warp] = M;
     __syncthreads();
+    M = NEG_INF;
+    for (u32 w = 0; w < (blockDim.x >> 5); w++) M = fmaxf(M, warp_max[w]);
+    float sink_term = 0.0f;
+    if (sinks) {
+        const float sink = load_w(sinks, sinks_dt, head);
+        M = fmaxf(M, sink);
+        sink_term = expf(sink - M);
+    }
+    float part = 0.0f;
+    for (u32 s = threadIdx.x; s < splits; s += blockDim.x) {
+        // Splits that saw no visible key weigh nothing.
+        const float w = ml[2 * s] != NEG_INF ? expf(ml[2 * s] - M) : 0.0f;
+        wgt[s] = w;
+        part += ml[2 * s + 1] * w;
+    }
+    // No visible key and no sink gives 0/0 = NaN, as on the CPU. (block_sum
+    // synchronises, so wgt is complete after it.)
+    const float inv = 1.0f / (block_sum(part) + sink_term);
     const float* po = part_o + (u64)rh * splits * head_dim;
     for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float o = 0.0f;

@@ -4,8 +4,9 @@
 //! (crates/turbospark-cpu/src/attention.rs): slot `p % capacity` holds the
 //! f32 key and value rows of position `p`, and `slot_pos` (i64, −1 = empty)
 //! remembers which position each slot holds. This module owns the store and
-//! the launch geometry (the slot range to scan, the split over it) of the
-//! split-KV kernels, and sends prompt-sized calls (`Precision::Bf16`, head
+//! the launch geometry (the slot range to scan, the split over it, and the
+//! choice between the GQA kernel, which reads each KV row once for all the
+//! query heads that share it, and the per-head one) of the split-KV kernels, and sends prompt-sized calls (`Precision::Bf16`, head
 //! dims the flash kernel has) to `crate::flash_attention`; writes into the
 //! store are `crate::rope_kv`'s (one kernel with RoPE). It must not
 //! synchronise with the host.
@@ -28,6 +29,29 @@ const MIN_SLOTS_PER_SPLIT: usize = 32;
 const FLASH_MIN_ROWS: usize = 16;
 /// Most splits of one (row, head): `ATT_MAX_SPLITS` in kernels/attention.cu.
 const MAX_SPLITS: usize = 256;
+/// Fewest key slots one warp of the GQA kernel scans (a tile or two).
+const GQA_MIN_SLOTS_PER_SPLIT: usize = 32;
+
+/// The GQA decode kernel for `head_dim` and `group` query heads per KV
+/// head, if one holds them (kernels/attention.cu: head_dim a multiple of 4,
+/// up to 64 with 16 heads a group, 128 with 8, 256 with 4), the one with the
+/// fewest registers.
+fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize) -> Option<&cudarc::driver::CudaFunction> {
+    if !head_dim.is_multiple_of(4) {
+        return None;
+    }
+    let k = &be.k;
+    [
+        (64, 8, &k.attn_gqa_hd64_g8),
+        (64, 16, &k.attn_gqa_hd64_g16),
+        (128, 4, &k.attn_gqa_hd128_g4),
+        (128, 8, &k.attn_gqa_hd128_g8),
+        (256, 4, &k.attn_gqa_hd256_g4),
+    ]
+    .into_iter()
+    .find(|&(hd, g, _)| head_dim <= hd && group <= g)
+    .map(|(_, _, f)| f)
+}
 
 pub struct CudaKv {
     pub spec: KvSpec,
@@ -177,43 +201,56 @@ pub fn attention(
     } else {
         slot_range(&batch.host_positions, kv.spec.capacity, p.span)
     };
-    // Split the slots so that there are about eight blocks per SM in flight.
     let rh = n * heads;
-    let want = (8 * be.sm_count as usize).div_ceil(rh);
-    let splits = want.clamp(
-        1,
-        (hi - lo).div_ceil(MIN_SLOTS_PER_SPLIT).clamp(1, MAX_SPLITS),
-    );
+    let group = heads / p.num_kv_heads;
+    let gqa = gqa_kernel(be, hd, group);
+    // Split the slots so that there are about eight blocks (partial) or 16
+    // warps (GQA) per SM in flight.
+    let (units, want_per_sm, min_slots) = match gqa {
+        Some(_) => (n * p.num_kv_heads, 16, GQA_MIN_SLOTS_PER_SPLIT),
+        None => (rh, 8, MIN_SLOTS_PER_SPLIT),
+    };
+    let want = (want_per_sm * be.sm_count as usize).div_ceil(units);
+    let splits = want.clamp(1, (hi - lo).div_ceil(min_slots).clamp(1, MAX_SPLITS));
     let per_split = (hi - lo).div_ceil(splits).max(1);
     let splits = (hi - lo).div_ceil(per_split).max(1);
 
     let part_o = be.scratch::<f32>(rh * splits * hd);
     let part_ml = be.scratch::<f32>(rh * splits * 2);
-    be.launch(
-        &be.k.attn_partial,
-        (rh as u32, splits as u32, 1),
-        128,
-        &[
-            Arg::Ptr(be.ptr(&part_o)),
-            Arg::Ptr(be.ptr(&part_ml)),
-            Arg::Ptr(be.ptr(&q.data)),
-            Arg::Ptr(be.ptr(&kv.k)),
-            Arg::Ptr(be.ptr(&kv.v)),
-            Arg::Ptr(be.ptr(&kv.slot_pos)),
-            Arg::Ptr(be.ptr(&batch.positions)),
-            Arg::U32(heads as u32),
-            Arg::U32((heads / p.num_kv_heads) as u32),
-            Arg::U32(hd as u32),
-            Arg::U32(kv.spec.kv_dim as u32),
-            Arg::F32(p.scale),
-            Arg::F32(p.softcap.unwrap_or(0.0)),
-            Arg::I64(window),
-            Arg::U32(lo as u32),
-            Arg::U32(hi as u32),
-            Arg::U32(per_split as u32),
-            Arg::U32(kv.spec.capacity as u32),
-        ],
-    );
+    let mut args = vec![
+        Arg::Ptr(be.ptr(&part_o)),
+        Arg::Ptr(be.ptr(&part_ml)),
+        Arg::Ptr(be.ptr(&q.data)),
+        Arg::Ptr(be.ptr(&kv.k)),
+        Arg::Ptr(be.ptr(&kv.v)),
+        Arg::Ptr(be.ptr(&kv.slot_pos)),
+        Arg::Ptr(be.ptr(&batch.positions)),
+        Arg::U32(heads as u32),
+        Arg::U32(group as u32),
+        Arg::U32(hd as u32),
+        Arg::U32(kv.spec.kv_dim as u32),
+        Arg::F32(p.scale),
+        Arg::F32(p.softcap.unwrap_or(0.0)),
+        Arg::I64(window),
+        Arg::U32(lo as u32),
+        Arg::U32(hi as u32),
+        Arg::U32(per_split as u32),
+        Arg::U32(kv.spec.capacity as u32),
+    ];
+    match gqa {
+        // Two splits (warps) a block.
+        Some(f) => {
+            args.push(Arg::U32(splits as u32));
+            let grid = (units as u32, splits.div_ceil(2) as u32, 1);
+            be.launch(f, grid, 64, &args);
+        }
+        None => be.launch(
+            &be.k.attn_partial,
+            (rh as u32, splits as u32, 1),
+            128,
+            &args,
+        ),
+    }
     let (sink_ptr, sink_dt) = sinks;
     be.launch(
         &be.k.attn_combine,

@@ -81,7 +81,10 @@ kernels! {
         gemv_mxfp4_qx, gemv_q8_qx, gemv_q4_qx,
     ],
     "convert.cu" => [split_bf16, to_bf16, widen_f32, mxfp4_to_bf16, dequant_bf16],
-    "attention.cu" => [attn_partial, attn_combine],
+    "attention.cu" => [
+        attn_partial, attn_gqa_hd64_g8, attn_gqa_hd64_g16, attn_gqa_hd128_g4, attn_gqa_hd128_g8,
+        attn_gqa_hd256_g4, attn_combine,
+    ],
     "sample.cu" => [argmax_rows],
     "moe.cu" => [moe_route, moe_act, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
     "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],

@@ -643,6 +643,48 @@ fn attention_full_sliding_gqa_sinks_softcap() {
         ..base
     };
     attention_run(&g, &mut rng, wide, 100, &[50, 1, 1], Some(DType::F32));
+    // gpt-oss's grouping (8 query heads a KV head, head_dim 64, sinks) over
+    // many keys, full and sliding: the GQA kernel's 16-head variant too.
+    let oss = AttnParams {
+        num_heads: 16,
+        num_kv_heads: 2,
+        head_dim: 64,
+        ..base
+    };
+    attention_run(&g, &mut rng, oss, 700, &[300, 1, 1], Some(DType::BF16));
+    let oss_sliding = AttnParams {
+        span: AttnSpan::Sliding { window: 128 },
+        ..oss
+    };
+    attention_run(
+        &g,
+        &mut rng,
+        oss_sliding,
+        300,
+        &[200, 1, 1],
+        Some(DType::BF16),
+    );
+    let group16 = AttnParams {
+        num_heads: 16,
+        num_kv_heads: 1,
+        ..oss
+    };
+    attention_run(&g, &mut rng, group16, 200, &[90, 1], None);
+    // What the GQA kernels do not hold goes to the per-head kernel: 16
+    // query heads a KV head at head_dim 128, and head_dim 18 (not a
+    // multiple of 4).
+    let wide_group = AttnParams {
+        num_heads: 16,
+        num_kv_heads: 1,
+        head_dim: 128,
+        ..base
+    };
+    attention_run(&g, &mut rng, wide_group, 100, &[40, 1], None);
+    let odd = AttnParams {
+        head_dim: 18,
+        ..base
+    };
+    attention_run(&g, &mut rng, odd, 50, &[20, 1], None);
 }
 
 /// One layer's experts `[experts, 2·width, hidden]` / `[experts, hidden,
