@@ -26,11 +26,25 @@
 // of K (and then of V) are in flight at once instead of one.
 #define ATT_KEYS 4
 
-// part_o [rows·heads, splits, head_dim], part_ml [rows·heads, splits, 2].
-// Slots [slot_lo, slot_hi) are cut into splits of `per_split` slots; each
+// Slots [s0, s1) of split `split` that a query at `qpos` may see:
+// slots [slot_lo, slot_hi) are cut into splits of `per_split` slots; each
 // row narrows that to the slots its own position can see (while the ring
 // has not wrapped past it: slot = position), so a launch sized for the
 // whole ring (a recorded decode step) reads only the live part.
+__device__ __forceinline__ void split_slots(i64 qpos, i64 window, u32 slot_lo, u32 slot_hi,
+                                            u32 per_split, u32 capacity, u32 split, u32& s0,
+                                            u32& s1) {
+    u32 lo = slot_lo, hi = slot_hi;
+    if (qpos < (i64)capacity) {
+        hi = min(hi, (u32)qpos + 1u);
+        if (window > 0 && qpos + 1 > window) lo = max(lo, (u32)(qpos + 1 - window));
+    }
+    s0 = max(slot_lo + split * per_split, lo);
+    s1 = min(slot_lo + split * per_split + per_split, hi);
+}
+
+// part_o [rows·heads, splits, head_dim], part_ml [rows·heads, splits, 2];
+// the slots as `split_slots` gives them.
 extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const float* q,
                                         const float* kc, const float* vc, const i64* slot_pos,
                                         const u32* positions, u32 num_heads, u32 group,
@@ -41,13 +55,8 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
     const u32 split = blockIdx.y, splits = gridDim.y;
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const i64 qpos = (i64)positions[row];
-    u32 lo = slot_lo, hi = slot_hi;
-    if (qpos < (i64)capacity) {
-        hi = min(hi, (u32)qpos + 1u);
-        if (window > 0 && qpos + 1 > window) lo = max(lo, (u32)(qpos + 1 - window));
-    }
-    const u32 s0 = max(slot_lo + split * per_split, lo);
-    const u32 s1 = min(slot_lo + split * per_split + per_split, hi);
+    u32 s0, s1;
+    split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
     const float* qv = q + (u64)rh * head_dim;
     const u64 kv_off = (u64)(head / group) * head_dim;
 
@@ -189,13 +198,8 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     __syncthreads();
     if (split >= splits) return;
     const i64 qpos = (i64)positions[row];
-    u32 lo = slot_lo, hi = slot_hi;
-    if (qpos < (i64)capacity) {
-        hi = min(hi, (u32)qpos + 1u);
-        if (window > 0 && qpos + 1 > window) lo = max(lo, (u32)(qpos + 1 - window));
-    }
-    const u32 s0 = max(slot_lo + split * per_split, lo);
-    const u32 s1 = min(slot_lo + split * per_split + per_split, hi);
+    u32 s0, s1;
+    split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
     const u64 kv_off = (u64)kvh * head_dim;
     const u32 h4 = head_dim / 4, kstride = h4 + 1;  // float4s a staged key row
     const float4* q4 = (const float4*)qs;
