@@ -254,8 +254,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             float x = sc[g] * scale;
             if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
             x = live ? x : NEG_INF;
-            float tmax = x;
-            for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+            const float tmax = warp_max(x);
             if (tmax == NEG_INF) {  // no live slot in the tile (the whole warp)
                 sc[g] = 0.0f;
                 continue;
@@ -341,15 +340,15 @@ extern "C" __global__ void attn_combine(float* out, const float* part_o, const f
     const u32 rh = blockIdx.x, head = rh % num_heads;
     const float* ml = part_ml + (u64)rh * splits * 2;
     __shared__ float wgt[ATT_MAX_SPLITS];
-    __shared__ float warp_max[32];
+    __shared__ float warp_maxes[32];
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     float M = NEG_INF;
     for (u32 s = threadIdx.x; s < splits; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    if (lane == 0) warp_max[warp] = M;
+    M = warp_max(M);
+    if (lane == 0) warp_maxes[warp] = M;
     __syncthreads();
     M = NEG_INF;
-    for (u32 w = 0; w < (blockDim.x >> 5); w++) M = fmaxf(M, warp_max[w]);
+    for (u32 w = 0; w < (blockDim.x >> 5); w++) M = fmaxf(M, warp_maxes[w]);
     float sink_term = 0.0f;
     if (sinks) {
         const float sink = load_w(sinks, sinks_dt, head);

@@ -86,6 +86,12 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// Largest value over the warp; every lane gets it (fmaxf: NaN is dropped).
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
 // Sum over the block (blockDim.x a multiple of 32); every thread gets it.
 __device__ __forceinline__ float block_sum(float v) {
     __shared__ float part[32];

@@ -71,7 +71,7 @@ extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logi
     } else {
         float max = NEG_INF;
         for (u32 e = lane; e < num_experts; e += 32) max = fmaxf(max, lg[e]);
-        for (int o = 16; o > 0; o >>= 1) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, o));
+        max = warp_max(max);
         float part = 0.0f;
         for (u32 e = lane; e < num_experts; e += 32) part += expf(lg[e] - max);
         const float sum = warp_sum(part);

@@ -6,10 +6,11 @@
 //! remembers which position each slot holds. This module owns the store and
 //! the launch geometry (the slot range to scan, the split over it, and the
 //! choice between the GQA kernel, which reads each KV row once for all the
-//! query heads that share it, and the per-head one) of the split-KV kernels, and sends prompt-sized calls (`Precision::Bf16`, head
-//! dims the flash kernel has) to `crate::flash_attention`; writes into the
-//! store are `crate::rope_kv`'s (one kernel with RoPE). It must not
-//! synchronise with the host.
+//! query heads that share it, and the per-head one) of the split-KV
+//! kernels, and sends prompt-sized calls (`Precision::Bf16`, head dims the
+//! flash kernel has) to `crate::flash_attention`; writes into the store are
+//! `crate::rope_kv`'s (one kernel with RoPE). It must not synchronise with
+//! the host.
 
 use cudarc::driver::CudaSlice;
 use turbospark_backend::{AttnParams, KvSpec};

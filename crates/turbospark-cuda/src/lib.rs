@@ -76,8 +76,8 @@ pub enum Precision {
     /// rounded to bf16 for the prefill GEMMs and the flash-attention
     /// kernel, MoE prefill is grouped by expert; one-row GEMVs of grouped
     /// weights round x per 32 values to int16 (MXFP4) or int8 (int8/int4)
-    /// codes and multiply codes in integers (kernels/gemv.cu). Results within ~1e-2 of the rms of f32
-    /// arithmetic. The default.
+    /// codes and multiply codes in integers (kernels/gemv.cu). Results
+    /// within ~1e-2 of the rms of f32 arithmetic. The default.
     #[default]
     Bf16,
     /// f32-level results everywhere (x split into bf16 hi + lo for the
