@@ -144,24 +144,29 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
     }
 }
 
-// The GQA decode kernel: one warp per (query row, KV head, split), two
-// splits to a block, so each key and value row is read once for all
-// `group` query heads that share it (8 for gpt-oss, 4 for Llama-3-8B)
-// instead of once per query head. The block's queries wait in shared
-// memory. Per tile of T slots (T · head_dim ≤ 2048 values):
+// The GQA decode kernel: one block of two warps per (query row, KV head,
+// split), so each key and value row is read once for all `group` query
+// heads that share it (8 for gpt-oss, 4 for Llama-3-8B) instead of once
+// per query head. The block's queries wait in shared memory; warp w takes
+// the split's tiles w, w + 2, ... of T slots (T · head_dim ≤ 2048 values).
+// Per tile:
 // - the tile's key and value rows are copied to the warp's shared memory
 //   with asynchronous 16-byte copies, all in flight at once (a decode step
 //   is bound by how many KV bytes are in flight, not by arithmetic);
-// - scores: lane t < T takes slot t0 + t and dots its key row with each of
-//   the group's queries (key rows padded by 4 floats: no bank conflicts);
+// - scores: LPK = 32 / T lanes share a key (every lane busy), each dotting
+//   every LPK-th float4 of the key row with each of the group's queries,
+//   then meeting by shuffles (key rows padded by LPK float4s: the lanes of
+//   a shared-memory phase hit distinct banks);
 // - online softmax per head over the tile: warp max, p = exp(score − m),
 //   l and the output rescaled by exp(m_old − m_new);
-// - values: for each live slot of the tile, lanes over dimensions add p
-//   (shuffled from the slot's lane) times its value row to each head.
-// J = ceil(head_dim / 32) dimensions per lane, G = the most query heads a
-// group may have. Sums run in a different order from the CPU's (a dot in
-// float4 pieces, warp trees for the tile's max and denominator): equal up
-// to f32 rounding.
+// - values: each lane owns J consecutive dimensions; for each live slot it
+//   reads them in one vector load and adds p (shuffled from the slot's
+//   lane) times them to each head.
+// The two warps then merge their (m, l, output) through shared memory and
+// the block writes one partial. J = ceil(head_dim / 32), G = the most query
+// heads a group may have. Sums run in a different order from the CPU's (a
+// dot in float4 pieces, warp trees for the tile's max and denominator):
+// equal up to f32 rounding.
 #define GQA_WARPS 2
 #define GQA_TILE_VALUES 2048
 
@@ -177,6 +182,24 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
+// The J values at `p` (16-byte aligned for J ≥ 4, 8-byte for J = 2).
+template <int J>
+__device__ __forceinline__ void load_j(const float* p, float* v) {
+    if (J % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < J / 4; i++) {
+            const float4 f = ((const float4*)p)[i];
+            v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
+        }
+    } else if (J == 2) {
+        const float2 f = *(const float2*)p;
+        v[0] = f.x; v[1] = f.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < J; i++) v[i] = p[i];
+    }
+}
+
 template <int J, int G>
 __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const float* q,
                                          const float* kc, const float* vc, const i64* slot_pos,
@@ -184,27 +207,32 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                                          u32 head_dim, u32 kv_dim, float scale, float softcap,
                                          i64 window, u32 slot_lo, u32 slot_hi, u32 per_split,
                                          u32 capacity, u32 splits) {
-    constexpr int T = GQA_TILE_VALUES / (32 * J) < 32 ? GQA_TILE_VALUES / (32 * J) : 32;
+    constexpr int HD = 32 * J;
+    constexpr int T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
+    constexpr int LPK = 32 / T;
+    constexpr int KROW = HD + 4 * LPK;  // floats a staged key row may take
+    static_assert(G * (HD + 2) <= T * KROW, "the warps' exchange fits in a warp's key rows");
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const u32 kv_heads = num_heads / group;
     const u32 row = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads;
-    const u32 split = blockIdx.y * GQA_WARPS + warp;
+    const u32 split = blockIdx.y;
     // The group's queries (contiguous heads kvh·group ..) for both warps.
-    __shared__ __align__(16) float qs[G * J * 32];
-    __shared__ __align__(16) float ks[GQA_WARPS][T * (J * 32 + 4)];
-    __shared__ __align__(16) float vs[GQA_WARPS][T * J * 32];
+    __shared__ __align__(16) float qs[G * HD];
+    __shared__ __align__(16) float ks[GQA_WARPS][T * KROW];
+    __shared__ __align__(16) float vs[GQA_WARPS][T * HD];
     const float* qrow = q + ((u64)row * num_heads + (u64)kvh * group) * head_dim;
     for (u32 i = threadIdx.x; i < group * head_dim; i += blockDim.x) qs[i] = qrow[i];
     __syncthreads();
-    if (split >= splits) return;
     const i64 qpos = (i64)positions[row];
     u32 s0, s1;
     split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
     const u64 kv_off = (u64)kvh * head_dim;
-    const u32 h4 = head_dim / 4, kstride = h4 + 1;  // float4s a staged key row
+    const u32 h4 = head_dim / 4, kstride = h4 + LPK;  // float4s a staged key row
+    const u32 key = lane / LPK, sub = lane % LPK;     // the key this lane scores
     const float4* q4 = (const float4*)qs;
     float4* k4 = (float4*)ks[warp];
     float4* v4 = (float4*)vs[warp];
+    const float* vt = vs[warp];
 
     float m[G], l[G], acc[G][J];
 #pragma unroll
@@ -214,17 +242,23 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 #pragma unroll
         for (int j = 0; j < J; j++) acc[g][j] = 0.0f;
     }
-    for (u32 t0 = s0; t0 < s1; t0 += T) {
+    for (u32 t0 = s0 + warp * T; t0 < s1; t0 += GQA_WARPS * T) {
         const u32 nk = min((u32)T, s1 - t0);
-        for (u32 i = lane; i < nk * h4; i += 32) {
-            const u32 key = i / h4, c = i % h4;
-            const u64 src = (u64)(t0 + key) * kv_dim + kv_off + 4 * c;
-            cp_async16(&k4[key * kstride + c], kc + src);
-            cp_async16(&v4[key * h4 + c], vc + src);
+        // Float4 c of row r, for r·h4 + c = lane, lane + 32, ... (no
+        // division: c wraps into the next rows).
+        for (u32 r = 0, c = lane;; c += 32) {
+            while (c >= h4) {
+                c -= h4;
+                r++;
+            }
+            if (r >= nk) break;
+            const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+            cp_async16(&k4[r * kstride + c], kc + src);
+            cp_async16(&v4[r * h4 + c], vc + src);
         }
         bool live = false;
-        if (lane < nk) {
-            const i64 kp = slot_pos[t0 + lane];
+        if (key < nk) {
+            const i64 kp = slot_pos[t0 + key];
             live = !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
         }
         cp_async_wait_all();
@@ -233,21 +267,27 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 #pragma unroll
         for (int g = 0; g < G; g++) sc[g] = 0.0f;
         if (live) {
-            const float4* kk = k4 + lane * kstride;
+            const float4* kk = k4 + key * kstride;
 #pragma unroll 4
-            for (u32 d = 0; d < h4; d++) {
-                const float4 kv = kk[d];
+            for (u32 c = sub; c < h4; c += LPK) {
+                const float4 kv = kk[c];
 #pragma unroll
                 for (int g = 0; g < G; g++) {
                     if (g < (int)group) {
-                        const float4 qv = q4[g * h4 + d];
+                        const float4 qv = q4[g * h4 + c];
                         sc[g] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
                     }
                 }
             }
         }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int o = 1; o < LPK; o <<= 1) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o);
+        }
         // Scores as the CPU forms them (scaled, softcapped), then the
-        // tile's softmax step per head; sc[g] becomes p.
+        // tile's softmax step per head; sc[g] becomes p (the same in each
+        // of a key's lanes; its first lane counts it in the denominator).
 #pragma unroll
         for (int g = 0; g < G; g++) {
             if (g >= (int)group) continue;
@@ -262,44 +302,69 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             const float mn = fmaxf(m[g], tmax);
             const float corr = expf(m[g] - mn);  // 0 before the first live slot
             const float p = live ? expf(x - mn) : 0.0f;
-            l[g] = l[g] * corr + warp_sum(p);
+            l[g] = l[g] * corr + warp_sum(sub == 0 ? p : 0.0f);
 #pragma unroll
             for (int j = 0; j < J; j++) acc[g][j] *= corr;
             m[g] = mn;
             sc[g] = p;
         }
-        const u32 live_mask = __ballot_sync(0xffffffffu, live);
-        const float* vt = vs[warp];
+        // Bit t · LPK: slot t0 + t is live.
+        const u32 live_mask = __ballot_sync(0xffffffffu, live && sub == 0);
         for (u32 t = 0; t < nk; t++) {
-            if (!((live_mask >> t) & 1u)) continue;
+            if (!((live_mask >> (t * LPK)) & 1u)) continue;
             float v[J];
+            if (lane * J < head_dim) {
+                load_j<J>(vt + t * head_dim + lane * J, v);
+            } else {
 #pragma unroll
-            for (int j = 0; j < J; j++) {
-                const u32 d = lane + 32 * j;
-                v[j] = d < head_dim ? vt[t * head_dim + d] : 0.0f;
+                for (int j = 0; j < J; j++) v[j] = 0.0f;
             }
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 if (g >= (int)group) continue;
-                const float p = __shfl_sync(0xffffffffu, sc[g], t);
+                const float p = __shfl_sync(0xffffffffu, sc[g], t * LPK);
 #pragma unroll
                 for (int j = 0; j < J; j++) acc[g][j] += p * v[j];
             }
         }
         __syncwarp();  // the next tile overwrites the staged rows
     }
+    // Warp 1 hands (m, l, output) to warp 0 through its own staging rows
+    // (G · (HD + 2) floats fit in T · KROW for every variant).
+    float* ex = ks[1];
+    __syncthreads();
+    if (warp == 1) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            if (g >= (int)group) continue;
+            if (lane == 0) {
+                ex[G * HD + 2 * g] = m[g];
+                ex[G * HD + 2 * g + 1] = l[g];
+            }
+#pragma unroll
+            for (int j = 0; j < J; j++) ex[g * HD + lane * J + j] = acc[g][j];
+        }
+    }
+    __syncthreads();
+    if (warp != 0) return;
 #pragma unroll
     for (int g = 0; g < G; g++) {
         if (g >= (int)group) continue;
+        const float m1 = ex[G * HD + 2 * g], l1 = ex[G * HD + 2 * g + 1];
+        const float mn = fmaxf(m[g], m1);
+        // A warp that saw no live slot weighs nothing (both none: m = −inf,
+        // l = 0, output 0, which the combine skips).
+        const float f0 = m[g] == NEG_INF ? 0.0f : expf(m[g] - mn);
+        const float f1 = m1 == NEG_INF ? 0.0f : expf(m1 - mn);
         const u64 out = ((u64)row * num_heads + (u64)kvh * group + g) * splits + split;
 #pragma unroll
         for (int j = 0; j < J; j++) {
-            const u32 d = lane + 32 * j;
-            if (d < head_dim) part_o[out * head_dim + d] = acc[g][j];
+            const u32 d = lane * J + j;
+            if (d < head_dim) part_o[out * head_dim + d] = acc[g][j] * f0 + ex[g * HD + d] * f1;
         }
         if (lane == 0) {
-            part_ml[out * 2] = m[g];
-            part_ml[out * 2 + 1] = l[g];
+            part_ml[out * 2] = mn;
+            part_ml[out * 2 + 1] = l[g] * f0 + l1 * f1;
         }
     }
 }
@@ -332,15 +397,21 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
 // out [rows, heads·head_dim]; one block per (row, head). `sinks` (one logit
 // per head, dtype sinks_dt) is null when the layer has none. The block
 // finds the largest split maximum M, each split's weight exp(m_s − M) and
-// the denominator L together (threads over splits, block reductions), then
-// every thread sums its output dimensions over the splits.
-extern "C" __global__ void attn_combine(float* out, const float* part_o, const float* part_ml,
-                                        const void* sinks, int sinks_dt, u32 num_heads,
-                                        u32 head_dim, u32 splits) {
+// the denominator L together (threads over splits, block reductions).
+// Then thread t takes column t % cols (a float4 of dimensions when
+// head_dim is a multiple of 4, else one) and every (threads / cols)-th
+// split from t / cols, so many rows of partials are in flight at once;
+// the phases' sums meet in shared memory in phase order. Launched with
+// ATT_COMBINE_THREADS threads (≥ head_dim: MAX_HEAD_DIM).
+#define ATT_COMBINE_THREADS 256
+extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
+    attn_combine(float* out, const float* part_o, const float* part_ml, const void* sinks,
+                 int sinks_dt, u32 num_heads, u32 head_dim, u32 splits) {
     const u32 rh = blockIdx.x, head = rh % num_heads;
     const float* ml = part_ml + (u64)rh * splits * 2;
     __shared__ float wgt[ATT_MAX_SPLITS];
     __shared__ float warp_maxes[32];
+    __shared__ float4 phase_sum[ATT_COMBINE_THREADS];
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     float M = NEG_INF;
     for (u32 s = threadIdx.x; s < splits; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
@@ -366,11 +437,39 @@ extern "C" __global__ void attn_combine(float* out, const float* part_o, const f
     // synchronises, so wgt is complete after it.)
     const float inv = 1.0f / (block_sum(part) + sink_term);
     const float* po = part_o + (u64)rh * splits * head_dim;
-    for (u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float o = 0.0f;
-        for (u32 s = 0; s < splits; s++) {
-            if (wgt[s] != 0.0f) o += po[(u64)s * head_dim + d] * wgt[s];
+    const bool vec = (head_dim & 3u) == 0;
+    const u32 cols = vec ? head_dim / 4 : head_dim;
+    const u32 phases = blockDim.x / cols, phase = threadIdx.x / cols, c = threadIdx.x % cols;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (phase < phases) {
+        for (u32 s = phase; s < splits; s += phases) {
+            const float w = wgt[s];
+            if (w == 0.0f) continue;
+            if (vec) {
+                const float4 v = ((const float4*)(po + (u64)s * head_dim))[c];
+                o.x += v.x * w;
+                o.y += v.y * w;
+                o.z += v.z * w;
+                o.w += v.w * w;
+            } else {
+                o.x += po[(u64)s * head_dim + c] * w;
+            }
         }
-        out[(u64)rh * head_dim + d] = o * inv;
+    }
+    phase_sum[threadIdx.x] = o;
+    __syncthreads();
+    if (phase != 0) return;
+    for (u32 p = 1; p < phases; p++) {
+        const float4 v = phase_sum[p * cols + c];
+        o.x += v.x;
+        o.y += v.y;
+        o.z += v.z;
+        o.w += v.w;
+    }
+    float* dst = out + (u64)rh * head_dim;
+    if (vec) {
+        ((float4*)dst)[c] = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    } else {
+        dst[c] = o.x * inv;
     }
 }

@@ -208,11 +208,18 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
     for (int t = 0; t < NX; t++) acc[t] = 0.0f;
     if (g.valid && (k & 7u) == 0) {
         const u32 step = 256 * wpr;
-        u32 c = (g.part * 32 + g.lane) * 8;
         // U chunks a step, all fetched before any is used; the per-lane
-        // sum still runs over the chunks in ascending order.
+        // sum still runs over the chunks in ascending order. Loop bounds
+        // are the warp's (its first chunk `base`), so lanes never split
+        // between the loops: while all lanes' U chunks lie in the row, the
+        // main loop; then the rest of the row, also U chunks in flight, in
+        // a block of its own (lanes past the row fetch their last chunk
+        // again, unused) so that the main loop keeps its registers.
         constexpr int U = Wt<DT>::UNROLL;
-        for (; c + (U - 1) * step < k; c += U * step) {
+        const u32 lane_off = g.lane * 8;
+        u32 base = g.part * 256;
+        for (; base + 255 + (U - 1) * step < k; base += U * step) {
+            const u32 c = base + lane_off;
             uint4 raw[U][Wt<DT>::WORDS];
 #pragma unroll
             for (int u = 0; u < U; u++) Wt<DT>::fetch(w, wrow + c + u * step, raw[u]);
@@ -226,14 +233,22 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
                 }
             }
         }
-        for (; c < k; c += step) {
-            uint4 raw[Wt<DT>::WORDS];
-            Wt<DT>::fetch(w, wrow + c, raw);
-            float wv[8];
-            Wt<DT>::widen(raw, wv);
+        if (base < k) {
+            const u32 c = base + lane_off;
+            uint4 raw[U][Wt<DT>::WORDS];
 #pragma unroll
-            for (u32 t = 0; t < NX; t++) {
-                if (t < nx) acc[t] += dot8(wv, xb + (u64)t * k + c);
+            for (int u = 0; u < U; u++) {
+                Wt<DT>::fetch(w, wrow + (c + u * step < k ? c + u * step : k - 8), raw[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (c + u * step >= k) continue;
+                float wv[8];
+                Wt<DT>::widen(raw[u], wv);
+#pragma unroll
+                for (u32 t = 0; t < NX; t++) {
+                    if (t < nx) acc[t] += dot8(wv, xb + (u64)t * k + c + u * step);
+                }
             }
         }
     } else if (g.valid) {
@@ -489,6 +504,21 @@ __device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, 
     return d;
 }
 
+// One step of a row quad's lane, raw: its 8 values of group q in each of
+// the GR rows, and the groups' scales.
+template <class F>
+struct GroupRaw {
+    typename F::Word w[GR];
+    typename F::Scale s[GR];
+    __device__ __forceinline__ void fetch(const Quad& d, u32 q, u32 sub) {
+#pragma unroll
+        for (int i = 0; i < GR; i++) {
+            w[i] = F::fetch(d.codes, d.g0[i] + q, sub);
+            s[i] = F::scale(d.scales, d.g0[i] + q);
+        }
+    }
+};
+
 // Sums each row's partials over the lanes, then over the quad's W warps in
 // warp order, and stores them (with the bias) from the quad's first lane.
 template <int NX>
@@ -571,6 +601,8 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
                 grouped_step<NX, F>(raw[u], s[u], xb + (u64)(q + u * step) * 32 + 8 * sub, nx, k, acc);
             }
         }
+        // The last steps one at a time: fetching them together (as the
+        // integer-activation kernel does) makes the one-row variants spill.
         for (; q < groups; q += step) {
             typename F::Word raw[GR];
             typename F::Scale s[GR];
@@ -715,31 +747,31 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         };
         if (d.r0 < d.m) {
             const u32 step = 8 * wpr;
-            u32 q = d.part * 8 + (d.lane >> 2);
             constexpr int U = F::UNROLL;
-            for (; q + (U - 1) * step < groups; q += U * step) {
-                typename F::Word raw[U][GR];
-                typename F::Scale s[U][GR];
+            // U steps in flight. The main loop runs while every lane's U
+            // steps lie in the row (a count the warp shares, so its lanes
+            // never split between the loops); the rest of the row, at most
+            // U steps, is also in flight at once, in a block of its own so
+            // that the main loop keeps its registers.
+            const u32 first = d.part * 8;  // the warp's first group
+            const u32 span = 8 + (U - 1) * step;
+            const u32 full = groups >= first + span ? (groups - first - span) / (U * step) + 1 : 0;
+            u32 q = first + (d.lane >> 2);
+            for (u32 it = 0; it < full; it++, q += U * step) {
+                GroupRaw<F> raw[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step, sub);
+#pragma unroll
+                for (int u = 0; u < U; u++) step_at(raw[u].w, raw[u].s, q + u * step);
+            }
+            if (q < groups) {
+                GroupRaw<F> raw[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step < groups ? q + u * step : q, sub);
 #pragma unroll
                 for (int u = 0; u < U; u++) {
-#pragma unroll
-                    for (int i = 0; i < GR; i++) {
-                        raw[u][i] = F::fetch(d.codes, d.g0[i] + q + u * step, sub);
-                        s[u][i] = F::scale(d.scales, d.g0[i] + q + u * step);
-                    }
+                    if (q + u * step < groups) step_at(raw[u].w, raw[u].s, q + u * step);
                 }
-#pragma unroll
-                for (int u = 0; u < U; u++) step_at(raw[u], s[u], q + u * step);
-            }
-            for (; q < groups; q += step) {
-                typename F::Word raw[GR];
-                typename F::Scale s[GR];
-#pragma unroll
-                for (int i = 0; i < GR; i++) {
-                    raw[i] = F::fetch(d.codes, d.g0[i] + q, sub);
-                    s[i] = F::scale(d.scales, d.g0[i] + q);
-                }
-                step_at(raw, s, q);
             }
         }
         grouped_store<1>(acc, d, bias_dt, 1, wpr);
@@ -752,6 +784,8 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         gemv_grouped_qx<F>(GEMV_PASS);                                                           \
     }
 
+// Int8 codes are twice int4's bytes a step: three blocks an SM hold as
+// many bytes in flight as four int4 blocks (and 64 registers would spill).
 GEMV_QX_KERNEL(gemv_mxfp4_qx, Mxfp4, 3)
-GEMV_QX_KERNEL(gemv_q8_qx, Q8, 4)
+GEMV_QX_KERNEL(gemv_q8_qx, Q8, 3)
 GEMV_QX_KERNEL(gemv_q4_qx, Q4, 4)

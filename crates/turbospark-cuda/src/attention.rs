@@ -30,14 +30,26 @@ const MIN_SLOTS_PER_SPLIT: usize = 32;
 const FLASH_MIN_ROWS: usize = 16;
 /// Most splits of one (row, head): `ATT_MAX_SPLITS` in kernels/attention.cu.
 const MAX_SPLITS: usize = 256;
-/// Fewest key slots one warp of the GQA kernel scans (a tile or two).
-const GQA_MIN_SLOTS_PER_SPLIT: usize = 32;
+/// Warps of a GQA block (`GQA_WARPS`); each takes every second tile of
+/// the block's split.
+const GQA_WARPS: usize = 2;
+/// Warps the GQA kernel's splits aim for per SM: each warp's tiles are
+/// latency-bound (copy, score, softmax, values in turn), so the SMs need
+/// many of them at once.
+const GQA_WARPS_PER_SM: usize = 16;
+/// Threads of the combine kernel (`ATT_COMBINE_THREADS`).
+const COMBINE_THREADS: u32 = 256;
 
 /// The GQA decode kernel for `head_dim` and `group` query heads per KV
 /// head, if one holds them (kernels/attention.cu: head_dim a multiple of 4,
 /// up to 64 with 16 heads a group, 128 with 8, 256 with 4), the one with the
-/// fewest registers.
-fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize) -> Option<&cudarc::driver::CudaFunction> {
+/// fewest registers, and its tile: `min(32, 2048 / (32 · ceil(hd / 32)))`
+/// slots.
+fn gqa_kernel(
+    be: &Cuda,
+    head_dim: usize,
+    group: usize,
+) -> Option<(&cudarc::driver::CudaFunction, usize)> {
     if !head_dim.is_multiple_of(4) {
         return None;
     }
@@ -51,7 +63,22 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize) -> Option<&cudarc::drive
     ]
     .into_iter()
     .find(|&(hd, g, _)| head_dim <= hd && group <= g)
-    .map(|(_, _, f)| f)
+    .map(|(hd, _, f)| (f, (2048 / hd).min(32)))
+}
+
+/// Slots per split of the GQA kernel for `range` slots and `units` (row,
+/// KV head) pairs: whole tiles for each of the block's warps, as few as
+/// give about [`GQA_WARPS_PER_SM`] warps an SM, and at most [`MAX_SPLITS`]
+/// splits.
+fn gqa_per_split(range: usize, units: usize, tile: usize, sm_count: usize) -> usize {
+    let tiles = range.div_ceil(tile).max(1);
+    let warps = GQA_WARPS_PER_SM * sm_count;
+    let per_warp = (tiles * units).div_ceil(warps).max(1);
+    let mut per_split = per_warp * GQA_WARPS * tile;
+    while range.div_ceil(per_split) > MAX_SPLITS {
+        per_split += GQA_WARPS * tile;
+    }
+    per_split
 }
 
 pub struct CudaKv {
@@ -205,16 +232,17 @@ pub fn attention(
     let rh = n * heads;
     let group = heads / p.num_kv_heads;
     let gqa = gqa_kernel(be, hd, group);
-    // Split the slots so that there are about eight blocks (partial) or 16
-    // warps (GQA) per SM in flight.
-    let (units, want_per_sm, min_slots) = match gqa {
-        Some(_) => (n * p.num_kv_heads, 16, GQA_MIN_SLOTS_PER_SPLIT),
-        None => (rh, 8, MIN_SLOTS_PER_SPLIT),
+    let range = hi - lo;
+    let per_split = match gqa {
+        Some((_, tile)) => gqa_per_split(range, n * p.num_kv_heads, tile, be.sm_count as usize),
+        None => {
+            // About eight blocks an SM.
+            let want = (8 * be.sm_count as usize).div_ceil(rh);
+            let splits = want.clamp(1, range.div_ceil(MIN_SLOTS_PER_SPLIT).clamp(1, MAX_SPLITS));
+            range.div_ceil(splits).max(1)
+        }
     };
-    let want = (want_per_sm * be.sm_count as usize).div_ceil(units);
-    let splits = want.clamp(1, (hi - lo).div_ceil(min_slots).clamp(1, MAX_SPLITS));
-    let per_split = (hi - lo).div_ceil(splits).max(1);
-    let splits = (hi - lo).div_ceil(per_split).max(1);
+    let splits = range.div_ceil(per_split).max(1);
 
     let part_o = be.scratch::<f32>(rh * splits * hd);
     let part_ml = be.scratch::<f32>(rh * splits * 2);
@@ -239,11 +267,11 @@ pub fn attention(
         Arg::U32(kv.spec.capacity as u32),
     ];
     match gqa {
-        // Two splits (warps) a block.
-        Some(f) => {
+        // One block of GQA_WARPS warps a split.
+        Some((f, _)) => {
             args.push(Arg::U32(splits as u32));
-            let grid = (units as u32, splits.div_ceil(2) as u32, 1);
-            be.launch(f, grid, 64, &args);
+            let grid = ((n * p.num_kv_heads) as u32, splits as u32, 1);
+            be.launch(f, grid, 32 * GQA_WARPS as u32, &args);
         }
         None => be.launch(
             &be.k.attn_partial,
@@ -256,7 +284,7 @@ pub fn attention(
     be.launch(
         &be.k.attn_combine,
         (rh as u32, 1, 1),
-        128,
+        COMBINE_THREADS,
         &[
             Arg::Ptr(be.ptr(&out.data)),
             Arg::Ptr(be.ptr(&part_o)),
@@ -291,5 +319,21 @@ mod tests {
             slot_range(&[15, 16], 16, AttnSpan::Sliding { window: 4 }),
             (0, 16)
         );
+    }
+
+    #[test]
+    fn gqa_splits_are_whole_tiles_for_each_warp() {
+        // Llama-3-8B decode at 2176 slots, 8 KV heads, tiles of 16, 132
+        // SMs: 136 tiles × 8 heads = 1088 warp-tiles, under 16 warps × 132
+        // SMs, so one tile a warp: 32-slot splits (68 of them).
+        assert_eq!(gqa_per_split(2176, 8, 16, 132), 32);
+        // A long context takes several tiles a warp.
+        assert_eq!(gqa_per_split(32768, 8, 16, 132), 16 * 2 * 8);
+        // Splits are capped at MAX_SPLITS.
+        let per = gqa_per_split(1 << 20, 1, 32, 132);
+        assert!((1usize << 20).div_ceil(per) <= MAX_SPLITS);
+        assert_eq!(per % (GQA_WARPS * 32), 0);
+        // Fewer slots than a tile: one split.
+        assert_eq!(gqa_per_split(5, 1, 16, 132), 32);
     }
 }

@@ -670,6 +670,17 @@ fn attention_full_sliding_gqa_sinks_softcap() {
         ..oss
     };
     attention_run(&g, &mut rng, group16, 200, &[90, 1], None);
+    // Llama-3-8B's grouping (4 query heads a KV head, head_dim 128: tiles
+    // of 16 slots, two lanes a key) over many keys, with a partial last
+    // tile and rows that see different numbers of them.
+    let llama = AttnParams {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 128,
+        scale: 0.088,
+        ..base
+    };
+    attention_run(&g, &mut rng, llama, 1400, &[600, 637, 1, 1], None);
     // What the GQA kernels do not hold goes to the per-head kernel: 16
     // query heads a KV head at head_dim 128, and head_dim 18 (not a
     // multiple of 4).
