@@ -51,6 +51,7 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
                                         u32 head_dim, u32 kv_dim, float scale, float softcap,
                                         i64 window, u32 slot_lo, u32 slot_hi, u32 per_split,
                                         u32 capacity) {
+    pdl_enter();
     const u32 rh = blockIdx.x, row = rh / num_heads, head = rh % num_heads;
     const u32 split = blockIdx.y, splits = gridDim.y;
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -383,6 +384,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 // kernel needs fewer registers (src/attention.rs picks).
 #define ATT_GQA_KERNEL(name, J, G)                                                               \
     extern "C" __global__ void __launch_bounds__(32 * GQA_WARPS) name(ATT_GQA_ARGS) {           \
+        pdl_enter();                                                                            \
         attn_gqa<J, G>(ATT_GQA_PASS);                                                            \
     }
 ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8)
@@ -407,6 +409,7 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
 extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     attn_combine(float* out, const float* part_o, const float* part_ml, const void* sinks,
                  int sinks_dt, u32 num_heads, u32 head_dim, u32 splits) {
+    pdl_enter();
     const u32 rh = blockIdx.x, head = rh % num_heads;
     const float* ml = part_ml + (u64)rh * splits * 2;
     __shared__ float wgt[ATT_MAX_SPLITS];

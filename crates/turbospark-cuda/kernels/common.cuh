@@ -56,6 +56,12 @@ __device__ __forceinline__ uint2 ld_stream_u64(const void* p) {
     return r;
 }
 
+// Asks L2 for the line holding `p` (no register waits for it): weights a
+// kernel will read as soon as the previous kernel ends (pdl_enter).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Element `i` of a dense weight of dtype `dt`, as f32 (small vectors: norm
 // weights, biases, sinks, embedding rows).
 __device__ __forceinline__ float load_w(const void* w, int dt, u64 i) {
@@ -79,6 +85,21 @@ __device__ __forceinline__ float e2m1(u32 c) {
 // inf), as the CPU backend and torch.ldexp.
 __device__ __forceinline__ float e8m0(u32 s) {
     return s == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(s << 23);
+}
+
+// Programmatic dependent launch (sm_90 and later; src/kernels.rs launches
+// every kernel allowing it): a kernel may be launched while the one before
+// it on the stream is still running, so its blocks are resident and ready
+// when that one ends instead of only then being launched. Every kernel
+// calls this first: it waits until the previous kernel has finished and
+// its writes are visible (before any read or write of activations), then
+// lets the next kernel launch. Waiting before triggering keeps at most two
+// kernels overlapping. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void pdl_enter() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -22,6 +22,7 @@ __device__ __forceinline__ void store8_bf16(u16* out, const float* v) {
 // GEMM. Four values per step (16-byte load, 8-byte store) while whole
 // quadruples remain, then one at a time; `x` and `out` are allocation starts.
 extern "C" __global__ void to_bf16(u16* out, const float* x, u64 n) {
+    pdl_enter();
     FOR_EACH(q, (n + 3) / 4) {
         const u64 i = q * 4;
         if (i + 4 <= n) {
@@ -39,6 +40,7 @@ extern "C" __global__ void to_bf16(u16* out, const float* x, u64 n) {
 // x -> bf16 hi + lo with hi + lo = x to 16 significand bits (the
 // f32-precision mode's two GEMMs).
 extern "C" __global__ void split_bf16(u16* hi, u16* lo, const float* x, u64 n) {
+    pdl_enter();
     FOR_EACH(i, n) {
         const float v = x[i];
         const u16 h = f32_to_bf16(v);
@@ -49,6 +51,7 @@ extern "C" __global__ void split_bf16(u16* hi, u16* lo, const float* x, u64 n) {
 
 // f16 (or any dense) weights -> f32 for an f32 GEMM.
 extern "C" __global__ void widen_f32(float* out, const void* w, int dt, u64 n) {
+    pdl_enter();
     FOR_EACH(i, n) out[i] = load_w(w, dt, i);
 }
 
@@ -58,6 +61,7 @@ extern "C" __global__ void widen_f32(float* out, const void* w, int dt, u64 n) {
 // One thread per 32-value group: 16 bytes of codes in, 64 bytes out.
 extern "C" __global__ void mxfp4_to_bf16(u16* out, const u8* blocks, const u8* scales,
                                          u64 groups) {
+    pdl_enter();
     FOR_EACH(g, groups) {
         const uint4 u = ((const uint4*)blocks)[g];
         const u32 q[4] = {u.x, u.y, u.z, u.w};
@@ -79,6 +83,7 @@ extern "C" __global__ void mxfp4_to_bf16(u16* out, const u8* blocks, const u8* s
 // group (int8: 32 bytes of codes; int4: 16 bytes, low nibble first, value + 8).
 extern "C" __global__ void dequant_bf16(u16* out, const u8* codes, const float* scales,
                                         u64 groups, int kind) {
+    pdl_enter();
     FOR_EACH(g, groups) {
         const float s = scales[g];
         float v[32];

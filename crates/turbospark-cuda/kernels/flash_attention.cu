@@ -330,6 +330,7 @@ __device__ __forceinline__ void flash_attn(float* out, const float* q, const flo
         name(float* out, const float* q, const float* kc, const float* vc, const i64* slot_pos, \
              const u32* positions, const void* sinks, int sinks_dt, u32 n, u32 num_heads,        \
              u32 group, u32 kv_dim, u32 capacity, float scale, float softcap, i64 window) {      \
+        pdl_enter();                                                                             \
         flash_attn<HD, TILE>(out, q, kc, vc, slot_pos, positions, sinks, sinks_dt, n, num_heads, \
                              group, kv_dim, capacity, scale, softcap, window);                   \
     }

@@ -71,6 +71,7 @@ struct Wt;
 
 template <>
 struct Wt<DT_F32> {
+    static constexpr int SIZE = 4;  // bytes a value
     static constexpr int WORDS = 2;
     static constexpr int UNROLL = 4;
     static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
@@ -88,6 +89,7 @@ struct Wt<DT_F32> {
 
 template <>
 struct Wt<DT_BF16> {
+    static constexpr int SIZE = 2;  // bytes a value
     static constexpr int WORDS = 1;
     static constexpr int UNROLL = 4;
     static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
@@ -105,6 +107,7 @@ struct Wt<DT_BF16> {
 
 template <>
 struct Wt<DT_F16> {
+    static constexpr int SIZE = 2;  // bytes a value
     static constexpr int WORDS = 1;
     static constexpr int UNROLL = 4;
     static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
@@ -197,6 +200,17 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
                                            const int* experts, u32 nx, u32 x_div, u32 k,
                                            u32 wpr) {
     const GemvRow g = gemv_row(sg, wpr);
+    // Weights do not depend on the previous kernel: ask L2 for this lane's
+    // first U chunks before waiting for it (programmatic dependent launch),
+    // unless experts (which it writes) pick the rows.
+    if (experts == nullptr && g.valid && (k & 7u) == 0) {
+#pragma unroll
+        for (int u = 0; u < Wt<DT>::UNROLL; u++) {
+            const u32 c = (g.part * 32 + g.lane) * 8 + u * 256 * wpr;
+            if (c < k) prefetch_l2((const u8*)g.w + ((u64)g.r * k + c) * Wt<DT>::SIZE);
+        }
+    }
+    pdl_enter();
     const void* w = g.w;
     const u32 m = g.m;
     const u32 job = blockIdx.x;
@@ -331,6 +345,7 @@ __device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
 struct Mxfp4 {
     typedef u32 Word;
     static constexpr int UNROLL = 4;
+    static constexpr int GROUP_BYTES = 16;  // codes a group
     static __device__ __forceinline__ Word fetch(const u8* codes, u64 group, u32 sub) {
         return ld_stream_u32((const u32*)codes + group * 4 + sub);
     }
@@ -388,6 +403,7 @@ struct Mxfp4 {
 struct Q8 {
     typedef uint2 Word;
     static constexpr int UNROLL = 4;
+    static constexpr int GROUP_BYTES = 32;  // codes a group
     static __device__ __forceinline__ Word fetch(const u8* codes, u64 group, u32 sub) {
         return ld_stream_u64((const uint2*)codes + group * 4 + sub);
     }
@@ -418,6 +434,7 @@ struct Q8 {
 struct Q4 {
     typedef u32 Word;
     static constexpr int UNROLL = 4;
+    static constexpr int GROUP_BYTES = 16;  // codes a group
     static __device__ __forceinline__ Word fetch(const u8* codes, u64 group, u32 sub) {
         return ld_stream_u32((const u32*)codes + group * 4 + sub);
     }
@@ -517,6 +534,14 @@ struct GroupRaw {
             s[i] = F::scale(d.scales, d.g0[i] + q);
         }
     }
+    // The lines `fetch` will read, into L2.
+    static __device__ __forceinline__ void prefetch(const Quad& d, u32 q, u32 sub) {
+#pragma unroll
+        for (int i = 0; i < GR; i++) {
+            prefetch_l2(d.codes + (d.g0[i] + q) * F::GROUP_BYTES + sub * (F::GROUP_BYTES / 4));
+            prefetch_l2((const u8*)d.scales + (d.g0[i] + q) * sizeof(typename F::Scale));
+        }
+    }
 };
 
 // Sums each row's partials over the lanes, then over the quad's W warps in
@@ -572,6 +597,7 @@ template <int NX, class F>
 __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x, int bias_dt,
                                              const int* experts, u32 nx, u32 x_div, u32 k,
                                              u32 wpr) {
+    pdl_enter();
     const Quad d = quad_of(sg, experts, k, wpr, blockIdx.y);
     const u32 groups = k / 32, sub = d.lane & 3u;
     const float* xb = x + (u64)(blockIdx.x / x_div) * nx * k;
@@ -713,6 +739,23 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     extern __shared__ uint4 shared_x[];
     XWord* xq = (XWord*)shared_x;
     float* xd = (float*)(xq + k / 8);
+    const u32 groups = k / 32, step = 8 * wpr, sub = threadIdx.x & 3u;
+    constexpr int U = F::UNROLL;
+    // Weights do not depend on the previous kernel: the first turn's first
+    // U steps are asked of L2 before waiting for it (programmatic
+    // dependent launch; into L2, not registers, which the main loop needs),
+    // unless experts (which it writes) pick the rows.
+    if (experts == nullptr) {
+        const Quad d = quad_of(sg, nullptr, k, wpr, blockIdx.y);  // r0 = m past the rows
+        if (d.r0 < d.m) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const u32 q = d.part * 8 + (d.lane >> 2) + u * step;
+                if (q < groups) GroupRaw<F>::prefetch(d, q, sub);
+            }
+        }
+    }
+    pdl_enter();
     quantize_x<F>(x + (u64)(blockIdx.x / x_div) * k, k, xq, xd);
     __syncthreads();
     // Persistent: this block takes blocks of work blockIdx.y, + gridDim.y,
@@ -725,10 +768,8 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     }
     const u32 per_block = (blockDim.x >> 5) / wpr;
     const u32 work = (quads + per_block - 1) / per_block;
-    const u32 groups = k / 32;
     for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
         const Quad d = quad_of(sg, experts, k, wpr, vb);
-        const u32 sub = d.lane & 3u;
         float acc[GR][1];
 #pragma unroll
         for (int i = 0; i < GR; i++) acc[i][0] = 0.0f;
@@ -746,15 +787,12 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
             }
         };
         if (d.r0 < d.m) {
-            const u32 step = 8 * wpr;
-            constexpr int U = F::UNROLL;
-            // U steps in flight. The main loop runs while every lane's U
-            // steps lie in the row (a count the warp shares, so its lanes
-            // never split between the loops); the rest of the row, at most
-            // U steps, is also in flight at once, in a block of its own so
-            // that the main loop keeps its registers.
-            const u32 first = d.part * 8;  // the warp's first group
-            const u32 span = 8 + (U - 1) * step;
+            // The main loop runs while every lane's U steps lie in the row
+            // (a count the warp shares, so its lanes never split between
+            // the loops); the rest of the row, at most U steps, is also in
+            // flight at once, in a block of its own so that the main loop
+            // keeps its registers.
+            const u32 first = d.part * 8, span = 8 + (U - 1) * step;
             const u32 full = groups >= first + span ? (groups - first - span) / (U * step) + 1 : 0;
             u32 q = first + (d.lane >> 2);
             for (u32 it = 0; it < full; it++, q += U * step) {
@@ -781,7 +819,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
 
 #define GEMV_QX_KERNEL(name, F, minb)                                                            \
     extern "C" __global__ void __launch_bounds__(256, minb) name(GEMV_ARGS) {                   \
-        gemv_grouped_qx<F>(GEMV_PASS);                                                           \
+        gemv_grouped_qx<F>(GEMV_PASS); /* calls pdl_enter */                                     \
     }
 
 // Int8 codes are twice int4's bytes a step: three blocks an SM hold as

@@ -20,6 +20,7 @@
 // Output: the k (expert, weight) pairs of each token, ascending by expert.
 extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logits, u32 rows,
                                      u32 num_experts, u32 top_k, int mode) {
+    pdl_enter();
     const u32 lane = threadIdx.x & 31u;
     const u32 r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= rows) return;  // the whole warp
@@ -111,6 +112,7 @@ __device__ __forceinline__ float moe_act_at(const float* row, const void* bias, 
 // gate_up rows [jobs, 2·width] (bias included) -> activated rows [jobs, width].
 extern "C" __global__ void moe_act(float* out, const float* gu, u32 jobs, u32 width, int act,
                                    float alpha, float limit) {
+    pdl_enter();
     FOR_EACH(i, (u64)jobs * width) {
         const u64 j = i / width, c = i % width;
         out[i] = moe_act_at(gu + j * 2 * width, nullptr, 0, 0, width, c, act, alpha, limit);
@@ -121,6 +123,7 @@ extern "C" __global__ void moe_act(float* out, const float* gu, u32 jobs, u32 wi
 // pairs are sorted by expert), the CPU's order.
 extern "C" __global__ void moe_combine(float* out, const float* y, const float* sel_w, u32 rows,
                                        u32 top_k, u32 hidden) {
+    pdl_enter();
     FOR_EACH(i, (u64)rows * hidden) {
         const u64 r = i / hidden, c = i % hidden;
         float o = 0.0f;
@@ -136,6 +139,7 @@ extern "C" __global__ void moe_combine(float* out, const float* y, const float* 
 // even; `to_bf16` 1) or f32 (0), the operand type of the expert GEMM.
 extern "C" __global__ void moe_gather(void* out, const float* x, const int* row_token, u32 rows,
                                       u32 cols, int to_bf16) {
+    pdl_enter();
     FOR_EACH(i, (u64)rows * cols) {
         const u64 r = i / cols, c = i % cols;
         const float v = x[(u64)row_token[r] * cols + c];
@@ -153,6 +157,7 @@ extern "C" __global__ void moe_gather(void* out, const float* x, const int* row_
 extern "C" __global__ void moe_act_rows(void* out, const float* gu, const int* row_expert,
                                         const void* bias, int bias_dt, u32 rows, u32 width,
                                         int act, float alpha, float limit, int to_bf16) {
+    pdl_enter();
     FOR_EACH(i, (u64)rows * width) {
         const u64 r = i / width, c = i % width;
         const u64 brow = (u64)row_expert[r] * 2 * width;
@@ -175,6 +180,7 @@ extern "C" __global__ void moe_combine_rows(float* out, const float* y, const in
                                             const int* sel_e, const float* sel_w,
                                             const void* bias, int bias_dt, u32 rows, u32 top_k,
                                             u32 hidden) {
+    pdl_enter();
     FOR_EACH(i, (u64)rows * hidden) {
         const u64 r = i / hidden, c = i % hidden;
         float o = 0.0f;

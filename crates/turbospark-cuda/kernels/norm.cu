@@ -53,11 +53,13 @@ __device__ __forceinline__ void norm_group(float* out, float* x, const float* y,
 
 extern "C" __global__ void rms_norm(float* out, const float* x, const void* w, int dt, u32 d,
                                     float eps) {
+    pdl_enter();
     // x is only read when y is null.
     norm_group(out, (float*)x, nullptr, w, dt, d, eps);
 }
 
 extern "C" __global__ void add_rms_norm(float* out, float* x, const float* y, const void* w,
                                         int dt, u32 d, float eps) {
+    pdl_enter();
     norm_group(out, x, y, w, dt, d, eps);
 }

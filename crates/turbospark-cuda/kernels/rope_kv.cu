@@ -67,6 +67,7 @@ extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, flo
                                          i64* slot_pos, const u32* positions, RopeFreqs freqs,
                                          float factor, u32 rows, u32 q_width, u32 kv_width,
                                          u32 head_dim, u32 pairs, u32 capacity) {
+    pdl_enter();
     const u32 half = head_dim / 2, span = head_dim - half;
     const u64 q_units = (u64)(q_width / head_dim) * pairs;
     const u64 units = q_units + (u64)(kv_width / head_dim) * span;

@@ -18,6 +18,7 @@ __device__ __forceinline__ u32 order_bits(float v) {
 
 // best[row] must be 0 before the launch. Grid (rows, blocks per row).
 extern "C" __global__ void argmax_rows(unsigned long long* best, const float* x, u32 cols) {
+    pdl_enter();
     const float* row = x + (u64)blockIdx.x * cols;
     unsigned long long key = 0;
     for (u32 c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) {

@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-};
+use std::ffi::c_void;
+use std::ptr;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, sys};
 use cudarc::nvrtc::Ptx;
 
 use crate::CudaError;
@@ -23,9 +24,6 @@ pub const BLOCK: u32 = 256;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct RopeFreqs(pub [f32; 256]);
-
-// SAFETY: plain f32 data, the layout of the C struct.
-unsafe impl DeviceRepr for RopeFreqs {}
 
 /// One kernel argument, in the C type of the kernel's parameter: `Ptr` for
 /// any pointer (a device address, 0 for null), `U32` for `u32`, `I32` for
@@ -90,50 +88,64 @@ kernels! {
     "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
 }
 
-/// Launches `f` on `stream` with `grid` blocks of `block` threads.
+/// Launches `f` on `stream` with `grid` blocks of `block` threads and
+/// `shared` bytes of dynamic shared memory a block. With `pdl` the launch
+/// allows programmatic dependent launch (sm_90+): the kernel may start
+/// while the previous one on the stream drains, and waits for it in
+/// `pdl_enter` (kernels/common.cuh), which every kernel calls first.
+/// Stream capture keeps the relation as a programmatic graph edge.
+///
+/// Panics when the launch fails: the backend trait has no error path for
+/// operations, and a failed launch means a broken device or a bug.
 pub fn launch(
     stream: &CudaStream,
     f: &CudaFunction,
     grid: (u32, u32, u32),
-    block: u32,
+    (block, shared): (u32, u32),
+    pdl: bool,
     args: &[Arg],
 ) {
-    launch_shared(stream, f, grid, block, 0, args)
-}
-
-/// [`launch`] with `shared` bytes of dynamic shared memory a block.
-///
-/// Panics when the launch fails: the backend trait has no error path for
-/// operations, and a failed launch means a broken device or a bug.
-pub fn launch_shared(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    grid: (u32, u32, u32),
-    block: u32,
-    shared: u32,
-    args: &[Arg],
-) {
-    let mut b = stream.launch_builder(f);
-    for a in args {
-        match a {
-            Arg::Ptr(v) | Arg::U64(v) => b.arg(v),
-            Arg::U32(v) => b.arg(v),
-            Arg::I32(v) => b.arg(v),
-            Arg::I64(v) => b.arg(v),
-            Arg::F32(v) => b.arg(v),
-            Arg::Freqs(v) => b.arg(v.as_ref()),
-            Arg::Segs(v) => b.arg(v.as_ref()),
-        };
-    }
-    let cfg = LaunchConfig {
-        grid_dim: grid,
-        block_dim: (block, 1, 1),
-        shared_mem_bytes: shared,
+    // The driver reads each argument through a pointer to its value.
+    let mut params: Vec<*mut c_void> = args
+        .iter()
+        .map(|a| match a {
+            Arg::Ptr(v) | Arg::U64(v) => ptr::from_ref(v).cast_mut().cast(),
+            Arg::U32(v) => ptr::from_ref(v).cast_mut().cast(),
+            Arg::I32(v) => ptr::from_ref(v).cast_mut().cast(),
+            Arg::I64(v) => ptr::from_ref(v).cast_mut().cast(),
+            Arg::F32(v) => ptr::from_ref(v).cast_mut().cast(),
+            Arg::Freqs(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
+            Arg::Segs(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
+        })
+        .collect();
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value: sys::CUlaunchAttributeValue {
+            programmaticStreamSerializationAllowed: 1,
+        },
+    };
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: u32::from(pdl),
     };
     // SAFETY: every call site passes the arguments of the kernel's C
     // signature, in order and with the C types (see `Arg`); pointers are
-    // device addresses of live allocations sized by the caller.
-    unsafe { b.launch(cfg) }.unwrap_or_else(|e| panic!("CUDA kernel launch failed: {e}"));
+    // device addresses of live allocations sized by the caller; `params`
+    // and `attr` outlive the call, which copies them.
+    unsafe {
+        sys::cuLaunchKernelEx(&cfg, f.cu_function(), params.as_mut_ptr(), ptr::null_mut())
+    }
+    .result()
+    .unwrap_or_else(|e| panic!("CUDA kernel launch failed: {e}"));
 }
 
 /// Blocks for a grid-stride kernel over `n` elements.

@@ -131,6 +131,9 @@ pub struct Cuda {
     sm_count: u32,
     arch: String,
     name: String,
+    /// Launch kernels allowing programmatic dependent launch (sm_90+,
+    /// unless `TURBOSPARK_CUDA_PDL=0`; see `kernels::launch`).
+    pdl: bool,
 }
 
 impl Cuda {
@@ -195,6 +198,7 @@ impl Cuda {
             sm_count: sm_count.max(1) as u32,
             arch,
             name,
+            pdl: major >= 9 && std::env::var("TURBOSPARK_CUDA_PDL").map_or(true, |v| v != "0"),
         })
     }
 
@@ -282,7 +286,7 @@ impl Cuda {
         block: u32,
         args: &[kernels::Arg],
     ) {
-        kernels::launch(&self.stream, f, grid, block, args);
+        self.launch_shared(f, grid, block, 0, args);
     }
 
     /// [`Cuda::launch`] with `shared` bytes of dynamic shared memory.
@@ -294,7 +298,7 @@ impl Cuda {
         shared: u32,
         args: &[kernels::Arg],
     ) {
-        kernels::launch_shared(&self.stream, f, grid, block, shared, args);
+        kernels::launch(&self.stream, f, grid, (block, shared), self.pdl, args);
     }
 }
 

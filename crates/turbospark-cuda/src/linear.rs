@@ -215,9 +215,6 @@ pub struct GemvSegs {
     count: u32,
 }
 
-// SAFETY: plain integers, the layout of the C struct.
-unsafe impl cudarc::driver::DeviceRepr for GemvSegs {}
-
 /// Most matrices one GEMV launch holds (`GEMV_MAX_SEGS`).
 pub const MAX_SEGS: usize = 3;
 
