@@ -314,6 +314,12 @@ GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)
 // 2^23 + n, and one exact subtraction leaves n.
 #define MAGIC 8388608.0f  // 2^23
 
+// An int in (−2²², 2²²) as a float, exactly, without the quarter-rate
+// conversion: the float 1.5 · 2²³ + n less 1.5 · 2²³.
+__device__ __forceinline__ float small_int_to_float(int n) {
+    return __int_as_float(n + 0x4B400000) - 12582912.0f;
+}
+
 // Σ of the four signed byte products of a and b, plus c.
 __device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
     int r;
@@ -369,7 +375,7 @@ struct Mxfp4 {
     static constexpr int X_MAX = 32767;
     static constexpr bool SPLIT = false;
     static constexpr int ZERO = 0;
-    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int) {
+    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int acc) {
         // Bytes {0, 1, 2, 3, 4, 6, 8, 12} and their negations; a code's
         // sign bit (bit 3) moves the byte select from the first word to the
         // second (selector nibble i + 4).
@@ -382,8 +388,16 @@ struct Mxfp4 {
             w[h] = __byte_perm(__byte_perm(pos_lo, pos_hi, idx), __byte_perm(neg_lo, neg_hi, idx),
                                ((c >> 1) & 0x4444u) | 0x3210u);
         }
-        return dp2a_hi(xw.w, w[1], dp2a_lo(xw.z, w[1], dp2a_hi(xw.y, w[0], dp2a_lo(xw.x, w[0], 0))));
+        return dp2a_hi(xw.w, w[1], dp2a_lo(xw.z, w[1], dp2a_hi(xw.y, w[0], dp2a_lo(xw.x, w[0], acc))));
     }
+    // A whole group's codes (4 Words) in one 16-byte load.
+    static __device__ __forceinline__ void fetch_group(const u8* codes, u64 group, Word* w) {
+        const uint4 v = ld_stream(codes + group * 16);
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    }
+    // A group's integer sum, |n| ≤ 32 · 12 · 32767 < 2²⁴: exact as a float
+    // (one conversion a group and row).
+    static __device__ __forceinline__ float to_float(int n) { return __int2float_rn(n); }
     // A group's scale is fetched raw with its codes and widened when used:
     // a branch on a just-loaded value would make each load wait for the
     // previous one instead of all of a step's loads being in flight.
@@ -419,9 +433,17 @@ struct Q8 {
     static constexpr int X_MAX = 127;
     static constexpr bool SPLIT = false;
     static constexpr int ZERO = 0;
-    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int) {
-        return dp4a(q.x, xw.x, dp4a(q.y, xw.y, 0));
+    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int acc) {
+        return dp4a(q.x, xw.x, dp4a(q.y, xw.y, acc));
     }
+    // A whole group's codes (4 Words) in two 16-byte loads.
+    static __device__ __forceinline__ void fetch_group(const u8* codes, u64 group, Word* w) {
+        const uint4 a = ld_stream(codes + group * 32), b = ld_stream(codes + group * 32 + 16);
+        w[0] = make_uint2(a.x, a.y); w[1] = make_uint2(a.z, a.w);
+        w[2] = make_uint2(b.x, b.y); w[3] = make_uint2(b.z, b.w);
+    }
+    // |n| ≤ 32 · 128 · 127 < 2²²: exact through small_int_to_float.
+    static __device__ __forceinline__ float to_float(int n) { return small_int_to_float(n); }
     typedef float Scale;
     static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
         return ((const float*)scales)[group];
@@ -447,14 +469,20 @@ struct Q4 {
     }
     // The low nibbles are values 0, 2, 4, 6 and the high ones 1, 3, 5, 7:
     // x codes come split the same way (SPLIT). Codes are value + ZERO, so
-    // `xoff` = ZERO · Σ x codes is taken off.
+    // the kernel takes ZERO · Σ x codes off each group's sum.
     typedef uint2 XWord;
     static constexpr int X_MAX = 127;
     static constexpr bool SPLIT = true;
     static constexpr int ZERO = 8;
-    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int xoff) {
-        return dp4a(q & 0x0F0F0F0Fu, xw.x, dp4a((q >> 4) & 0x0F0F0F0Fu, xw.y, 0)) - xoff;
+    static __device__ __forceinline__ int dot_x(Word q, XWord xw, int acc) {
+        return dp4a(q & 0x0F0F0F0Fu, xw.x, dp4a((q >> 4) & 0x0F0F0F0Fu, xw.y, acc));
     }
+    static __device__ __forceinline__ void fetch_group(const u8* codes, u64 group, Word* w) {
+        const uint4 v = ld_stream(codes + group * 16);
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    }
+    // |n| ≤ 32 · 15 · 127 before the zero point is taken off: exact.
+    static __device__ __forceinline__ float to_float(int n) { return small_int_to_float(n); }
     typedef float Scale;
     static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
         return ((const float*)scales)[group];
@@ -520,29 +548,6 @@ __device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, 
     for (int i = 0; i < GR; i++) d.g0[i] = (d.e * d.m + min(d.r0 + i, d.m - 1)) * groups;
     return d;
 }
-
-// One step of a row quad's lane, raw: its 8 values of group q in each of
-// the GR rows, and the groups' scales.
-template <class F>
-struct GroupRaw {
-    typename F::Word w[GR];
-    typename F::Scale s[GR];
-    __device__ __forceinline__ void fetch(const Quad& d, u32 q, u32 sub) {
-#pragma unroll
-        for (int i = 0; i < GR; i++) {
-            w[i] = F::fetch(d.codes, d.g0[i] + q, sub);
-            s[i] = F::scale(d.scales, d.g0[i] + q);
-        }
-    }
-    // The lines `fetch` will read, into L2.
-    static __device__ __forceinline__ void prefetch(const Quad& d, u32 q, u32 sub) {
-#pragma unroll
-        for (int i = 0; i < GR; i++) {
-            prefetch_l2(d.codes + (d.g0[i] + q) * F::GROUP_BYTES + sub * (F::GROUP_BYTES / 4));
-            prefetch_l2((const u8*)d.scales + (d.g0[i] + q) * sizeof(typename F::Scale));
-        }
-    }
-};
 
 // Sums each row's partials over the lanes, then over the quad's W warps in
 // warp order, and stores them (with the bias) from the quad's first lane.
@@ -662,9 +667,17 @@ GEMV_KERNELS(gemv_q4, gemv_grouped, Q4, 4)
 // Precision::F32 keeps the f32 kernels. Non-finite x make the group's d
 // NaN (or inf), so they reach the output as the f32 path would.
 //
+// Layout: each lane takes whole groups (one 16-byte load of a row's codes,
+// two for int8) of GR = 4 rows at once, a warp 32 consecutive groups a
+// step, so a load instruction moves 512 bytes of a row and a group's x
+// codes, read once, serve four rows: few instructions a weight byte, which
+// is what bounds these kernels once the bytes are in flight.
+//
 // Shared memory (dynamic, k · (bytes a code + 1/8) bytes): the x codes, 8
-// to an XWord in the order the format's lanes read them (natural, or for
-// int4 the even values then the odd ones), then one d per group.
+// to an XWord in the order the format pairs them with its codes (natural,
+// or for int4 the even values then the odd ones), chunk-major (chunk j of
+// every group, then chunk j + 1: a warp's lanes read consecutive words),
+// then one d per group.
 
 // max that propagates NaN (fmaxf drops it).
 __device__ __forceinline__ float max_nan(float a, float b) {
@@ -693,43 +706,73 @@ template <class F>
 __device__ __forceinline__ void quantize_x(const float* xr, u32 k, typename F::XWord* xq,
                                            float* xd) {
     const u32 chunks = k / 8;  // a multiple of 4: whole groups per 4 lanes
-    for (u32 base = 0; base < chunks; base += blockDim.x) {
-        const u32 c = base + threadIdx.x;
-        const bool ok = c < chunks;
-        float v[8];
-        if (ok) {
-            const float4 a = ((const float4*)xr)[2 * c], b = ((const float4*)xr)[2 * c + 1];
-            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-        } else {
+    // QC chunks a thread are loaded before any is rounded: a wide row (the
+    // down projection's 14,336 values) then takes two round trips to L2,
+    // not seven.
+    constexpr int QC = 4;
+    for (u32 base = 0; base < chunks; base += QC * blockDim.x) {
+        float4 lo[QC], hi[QC];
 #pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = 0.0f;
+        for (int r = 0; r < QC; r++) {
+            const u32 c = base + r * blockDim.x + threadIdx.x;
+            if (c < chunks) {
+                lo[r] = ((const float4*)xr)[2 * c];
+                hi[r] = ((const float4*)xr)[2 * c + 1];
+            } else {
+                lo[r] = hi[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
         }
-        float amax = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) amax = max_nan(amax, fabsf(v[i]));
-        amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        // 0 for NaN (codes 0; d carries the NaN).
-        const float inv = amax > 0.0f ? (float)F::X_MAX / amax : 0.0f;
-        int n[8];
+        for (int r = 0; r < QC; r++) {
+            const u32 c = base + r * blockDim.x + threadIdx.x;
+            const float v[8] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w,
+                                hi[r].x, hi[r].y, hi[r].z, hi[r].w};
+            float amax = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            // SPLIT: the even values, then the odd ones.
-            const int from = F::SPLIT ? (i < 4 ? 2 * i : 2 * (i - 4) + 1) : i;
-            n[i] = __float2int_rn(v[from] * inv);
+            for (int i = 0; i < 8; i++) amax = max_nan(amax, fabsf(v[i]));
+            amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            // 0 for NaN (codes 0; d carries the NaN).
+            const float inv = amax > 0.0f ? (float)F::X_MAX / amax : 0.0f;
+            int n[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                // SPLIT: the even values, then the odd ones.
+                const int from = F::SPLIT ? (i < 4 ? 2 * i : 2 * (i - 4) + 1) : i;
+                n[i] = __float2int_rn(v[from] * inv);
+            }
+            if (c >= chunks) continue;
+            pack_x(xq[(c & 3u) * (k / 32) + c / 4], n);  // chunk c % 4 of group c / 4
+            if ((c & 3u) == 0) xd[c / 4] = amax * (1.0f / (float)F::X_MAX);
         }
-        if (!ok) continue;
-        pack_x(xq[c], n);
-        if ((c & 3u) == 0) xd[c / 4] = amax * (1.0f / (float)F::X_MAX);
     }
 }
 
-// An int in (−2²², 2²²) as a float, exactly, without the quarter-rate
-// conversion: the float 1.5 · 2²³ + n less 1.5 · 2²³.
-__device__ __forceinline__ float small_int_to_float(int n) {
-    return __int_as_float(n + 0x4B400000) - 12582912.0f;
-}
+
+// A lane's group in each of the GR rows, raw: codes and scales.
+template <class F>
+struct GroupWords {
+    typename F::Word w[GR][4];
+    typename F::Scale s[GR];
+    __device__ __forceinline__ void fetch(const Quad& d, u32 q) {
+#pragma unroll
+        for (int i = 0; i < GR; i++) {
+            F::fetch_group(d.codes, d.g0[i] + q, w[i]);
+            s[i] = F::scale(d.scales, d.g0[i] + q);
+        }
+    }
+    // The lines `fetch` will read, into L2.
+    static __device__ __forceinline__ void prefetch(const Quad& d, u32 q) {
+#pragma unroll
+        for (int i = 0; i < GR; i++) {
+            prefetch_l2(d.codes + (d.g0[i] + q) * F::GROUP_BYTES);
+            prefetch_l2((const u8*)d.scales + (d.g0[i] + q) * sizeof(typename F::Scale));
+        }
+    }
+};
+
+// Groups a lane has in flight at once (GR rows each).
+#define QX_UNROLL 2
 
 template <class F>
 __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float* x, int bias_dt,
@@ -739,8 +782,8 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     extern __shared__ uint4 shared_x[];
     XWord* xq = (XWord*)shared_x;
     float* xd = (float*)(xq + k / 8);
-    const u32 groups = k / 32, step = 8 * wpr, sub = threadIdx.x & 3u;
-    constexpr int U = F::UNROLL;
+    const u32 groups = k / 32, step = 32 * wpr;  // groups a step of a quad's warps covers
+    constexpr int U = QX_UNROLL;
     // Weights do not depend on the previous kernel: the first turn's first
     // U steps are asked of L2 before waiting for it (programmatic
     // dependent launch; into L2, not registers, which the main loop needs),
@@ -750,8 +793,8 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         if (d.r0 < d.m) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const u32 q = d.part * 8 + (d.lane >> 2) + u * step;
-                if (q < groups) GroupRaw<F>::prefetch(d, q, sub);
+                const u32 q = d.part * 32 + d.lane + u * step;
+                if (q < groups) GroupWords<F>::prefetch(d, q);
             }
         }
     }
@@ -773,17 +816,27 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         float acc[GR][1];
 #pragma unroll
         for (int i = 0; i < GR; i++) acc[i][0] = 0.0f;
-        // One step: the lane's 8 values of group q in each of the GR rows.
-        // A step's integer sum is at most 8 · 127 · 127 (int8 x) or
-        // 8 · 32767 · 12 (MXFP4), under 2²², so exact as a float.
-        auto step_at = [&](const typename F::Word* raw, const typename F::Scale* s, u32 q) {
-            const XWord xw = xq[q * 4 + sub];
+        // Group q of the GR rows. Its x codes are read once; with a zero
+        // point (int4) the group's sum takes ZERO · Σ x codes off.
+        auto group_at = [&](const GroupWords<F>& g, u32 q) {
+            XWord xw[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) xw[j] = xq[j * groups + q];
             const float xs = xd[q];
             int xoff = 0;
-            if (F::ZERO) xoff = F::ZERO * dp4a(xw.x, 0x01010101u, dp4a(xw.y, 0x01010101u, 0));
+            if (F::ZERO) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    xoff = dp4a(xw[j].x, 0x01010101u, dp4a(xw[j].y, 0x01010101u, xoff));
+                }
+                xoff *= F::ZERO;
+            }
 #pragma unroll
             for (int i = 0; i < GR; i++) {
-                acc[i][0] += (F::value(s[i]) * xs) * small_int_to_float(F::dot_x(raw[i], xw, xoff));
+                int n = -xoff;
+#pragma unroll
+                for (int j = 0; j < 4; j++) n = F::dot_x(g.w[i][j], xw[j], n);
+                acc[i][0] += (F::value(g.s[i]) * xs) * F::to_float(n);
             }
         };
         if (d.r0 < d.m) {
@@ -792,23 +845,23 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
             // the loops); the rest of the row, at most U steps, is also in
             // flight at once, in a block of its own so that the main loop
             // keeps its registers.
-            const u32 first = d.part * 8, span = 8 + (U - 1) * step;
+            const u32 first = d.part * 32, span = 32 + (U - 1) * step;
             const u32 full = groups >= first + span ? (groups - first - span) / (U * step) + 1 : 0;
-            u32 q = first + (d.lane >> 2);
+            u32 q = first + d.lane;
             for (u32 it = 0; it < full; it++, q += U * step) {
-                GroupRaw<F> raw[U];
+                GroupWords<F> raw[U];
 #pragma unroll
-                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step, sub);
+                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step);
 #pragma unroll
-                for (int u = 0; u < U; u++) step_at(raw[u].w, raw[u].s, q + u * step);
+                for (int u = 0; u < U; u++) group_at(raw[u], q + u * step);
             }
             if (q < groups) {
-                GroupRaw<F> raw[U];
+                GroupWords<F> raw[U];
 #pragma unroll
-                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step < groups ? q + u * step : q, sub);
+                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step < groups ? q + u * step : q);
 #pragma unroll
                 for (int u = 0; u < U; u++) {
-                    if (q + u * step < groups) step_at(raw[u].w, raw[u].s, q + u * step);
+                    if (q + u * step < groups) group_at(raw[u], q + u * step);
                 }
             }
         }
@@ -822,8 +875,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         gemv_grouped_qx<F>(GEMV_PASS); /* calls pdl_enter */                                     \
     }
 
-// Int8 codes are twice int4's bytes a step: three blocks an SM hold as
-// many bytes in flight as four int4 blocks (and 64 registers would spill).
-GEMV_QX_KERNEL(gemv_mxfp4_qx, Mxfp4, 3)
-GEMV_QX_KERNEL(gemv_q8_qx, Q8, 3)
-GEMV_QX_KERNEL(gemv_q4_qx, Q4, 4)
+// Two blocks an SM: 16 warps with U groups of 4 rows each in flight.
+GEMV_QX_KERNEL(gemv_mxfp4_qx, Mxfp4, 2)
+GEMV_QX_KERNEL(gemv_q8_qx, Q8, 2)
+GEMV_QX_KERNEL(gemv_q4_qx, Q4, 2)

@@ -266,16 +266,22 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
     }
     // Rows laid end to end, each segment padded to whole warps' rows.
     let rows: u32 = segs.iter().map(|s| s.3.next_multiple_of(per_warp)).sum();
-    let wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
-    let blocks = gemv_blocks(rows, wpr, per_warp);
-    assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");
     // One row of x (decode) has kernels of its own with fewer registers;
     // the grouped formats' take integer activations unless f32-level
     // results are asked for (kernels/gemv.cu).
-    let k = &be.k;
     let one = j.nx == 1;
     let qx_shared = grouped_qx_shared(&w0.data, j.k);
     let qx = grouped && one && be.precision() == Precision::Bf16 && qx_shared <= MAX_DYNAMIC_SHARED;
+    let mut wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
+    if qx {
+        // Its lanes take whole groups, QX_UNROLL of them at a time: more
+        // warps on a row than its groups fill that way would idle.
+        let fill = (j.k / 32 / (32 * QX_UNROLL)).max(1);
+        wpr = wpr.min(1 << fill.ilog2());
+    }
+    let blocks = gemv_blocks(rows, wpr, per_warp);
+    assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");
+    let k = &be.k;
     let f = match &w0.data {
         WeightData::Dense { dtype, .. } => match (dtype, one) {
             (Dense::F32, true) => &k.gemv_f32_x1,
@@ -318,6 +324,10 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
         be.launch(f, (j.jobs, blocks, 1), threads, &args);
     }
 }
+
+/// Groups a lane of an integer-activation GEMV has in flight
+/// (`QX_UNROLL` in kernels/gemv.cu).
+const QX_UNROLL: u32 = 2;
 
 /// Dynamic shared memory a block may use without opting in.
 const MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
