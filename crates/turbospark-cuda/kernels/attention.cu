@@ -221,12 +221,31 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     __shared__ __align__(16) float qs[G * HD];
     __shared__ __align__(16) float ks[GQA_WARPS][T * KROW];
     __shared__ __align__(16) float vs[GQA_WARPS][T * HD];
-    const float* qrow = q + ((u64)row * num_heads + (u64)kvh * group) * head_dim;
-    for (u32 i = threadIdx.x; i < group * head_dim; i += blockDim.x) qs[i] = qrow[i];
-    __syncthreads();
+    // A split this row cannot see (past its position, outside its window:
+    // most of a recorded step's splits early in a sequence, and of a
+    // sliding layer's) writes nothing; attn_combine skips it.
     const i64 qpos = (i64)positions[row];
     u32 s0, s1;
     split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
+    if (s0 >= s1) return;
+    // Every load is issued before any store (a loop of load-then-store
+    // would wait out one round trip per element). head_dim is a multiple
+    // of 4: the group's queries are whole float4s.
+    const float4* qrow = (const float4*)(q + ((u64)row * num_heads + (u64)kvh * group) * head_dim);
+    constexpr int QL = (G * HD / 4 + 32 * GQA_WARPS - 1) / (32 * GQA_WARPS);  // float4s a thread
+    const u32 qn = group * head_dim / 4;
+    float4 qv[QL];
+#pragma unroll
+    for (int i = 0; i < QL; i++) {
+        const u32 at = threadIdx.x + i * 32 * GQA_WARPS;
+        if (at < qn) qv[i] = qrow[at];
+    }
+#pragma unroll
+    for (int i = 0; i < QL; i++) {
+        const u32 at = threadIdx.x + i * 32 * GQA_WARPS;
+        if (at < qn) ((float4*)qs)[at] = qv[i];
+    }
+    __syncthreads();
     const u64 kv_off = (u64)kvh * head_dim;
     const u32 h4 = head_dim / 4, kstride = h4 + LPK;  // float4s a staged key row
     const u32 key = lane / LPK, sub = lane % LPK;     // the key this lane scores
@@ -397,7 +416,8 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
 #define ATT_MAX_SPLITS 256
 
 // out [rows, heads·head_dim]; one block per (row, head). `sinks` (one logit
-// per head, dtype sinks_dt) is null when the layer has none. The block
+// per head, dtype sinks_dt) is null when the layer has none; the slot
+// arguments are the partial kernel's, to tell which splits it wrote. The block
 // finds the largest split maximum M, each split's weight exp(m_s − M) and
 // the denominator L together (threads over splits, block reductions).
 // Then thread t takes column t % cols (a float4 of dimensions when
@@ -408,16 +428,26 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
 #define ATT_COMBINE_THREADS 256
 extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     attn_combine(float* out, const float* part_o, const float* part_ml, const void* sinks,
-                 int sinks_dt, u32 num_heads, u32 head_dim, u32 splits) {
+                 int sinks_dt, u32 num_heads, u32 head_dim, u32 splits, const u32* positions,
+                 i64 window, u32 slot_lo, u32 slot_hi, u32 per_split, u32 capacity) {
     pdl_enter();
     const u32 rh = blockIdx.x, head = rh % num_heads;
     const float* ml = part_ml + (u64)rh * splits * 2;
+    const i64 qpos = (i64)positions[rh / num_heads];
     __shared__ float wgt[ATT_MAX_SPLITS];
     __shared__ float warp_maxes[32];
     __shared__ float4 phase_sum[ATT_COMBINE_THREADS];
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    // Splits with no slot this row can see wrote nothing (attn_gqa).
+    auto live = [&](u32 s) {
+        u32 s0, s1;
+        split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, s, s0, s1);
+        return s0 < s1;
+    };
     float M = NEG_INF;
-    for (u32 s = threadIdx.x; s < splits; s += blockDim.x) M = fmaxf(M, ml[2 * s]);
+    for (u32 s = threadIdx.x; s < splits; s += blockDim.x) {
+        if (live(s)) M = fmaxf(M, ml[2 * s]);
+    }
     M = warp_max(M);
     if (lane == 0) warp_maxes[warp] = M;
     __syncthreads();
@@ -432,9 +462,12 @@ extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     float part = 0.0f;
     for (u32 s = threadIdx.x; s < splits; s += blockDim.x) {
         // Splits that saw no visible key weigh nothing.
-        const float w = ml[2 * s] != NEG_INF ? expf(ml[2 * s] - M) : 0.0f;
+        float w = 0.0f;
+        if (live(s) && ml[2 * s] != NEG_INF) {
+            w = expf(ml[2 * s] - M);
+            part += ml[2 * s + 1] * w;
+        }
         wgt[s] = w;
-        part += ml[2 * s + 1] * w;
     }
     // No visible key and no sink gives 0/0 = NaN, as on the CPU. (block_sum
     // synchronises, so wgt is complete after it.)

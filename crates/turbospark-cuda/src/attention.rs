@@ -294,6 +294,12 @@ pub fn attention(
             Arg::U32(heads as u32),
             Arg::U32(hd as u32),
             Arg::U32(splits as u32),
+            Arg::Ptr(be.ptr(&batch.positions)),
+            Arg::I64(window),
+            Arg::U32(lo as u32),
+            Arg::U32(hi as u32),
+            Arg::U32(per_split as u32),
+            Arg::U32(kv.spec.capacity as u32),
         ],
     );
 }
