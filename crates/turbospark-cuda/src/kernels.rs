@@ -141,11 +141,9 @@ pub fn launch(
     // signature, in order and with the C types (see `Arg`); pointers are
     // device addresses of live allocations sized by the caller; `params`
     // and `attr` outlive the call, which copies them.
-    unsafe {
-        sys::cuLaunchKernelEx(&cfg, f.cu_function(), params.as_mut_ptr(), ptr::null_mut())
-    }
-    .result()
-    .unwrap_or_else(|e| panic!("CUDA kernel launch failed: {e}"));
+    unsafe { sys::cuLaunchKernelEx(&cfg, f.cu_function(), params.as_mut_ptr(), ptr::null_mut()) }
+        .result()
+        .unwrap_or_else(|e| panic!("CUDA kernel launch failed: {e}"));
 }
 
 /// Blocks for a grid-stride kernel over `n` elements.
