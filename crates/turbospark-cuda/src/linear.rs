@@ -274,10 +274,7 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
     let qx = grouped && one && be.precision() == Precision::Bf16 && qx_shared <= MAX_DYNAMIC_SHARED;
     let mut wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
     if qx {
-        // Its lanes take whole groups, QX_UNROLL of them at a time: more
-        // warps on a row than its groups fill that way would idle.
-        let fill = (j.k / 32 / (32 * QX_UNROLL)).max(1);
-        wpr = wpr.min(1 << fill.ilog2());
+        wpr = wpr.min(qx_warps_cap(j.k));
     }
     let blocks = gemv_blocks(rows, wpr, per_warp);
     assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");
@@ -328,6 +325,14 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
 /// Groups a lane of an integer-activation GEMV has in flight
 /// (`QX_UNROLL` in kernels/gemv.cu).
 const QX_UNROLL: u32 = 2;
+
+/// Most warps per row quad of an integer-activation GEMV with rows of `k`
+/// values: its lanes take whole 32-value groups, [`QX_UNROLL`] at a time,
+/// so more warps than a row's groups fill that way would idle.
+fn qx_warps_cap(k: u32) -> u32 {
+    let fill = (k / 32 / (32 * QX_UNROLL)).max(1);
+    1 << fill.ilog2()
+}
 
 /// Dynamic shared memory a block may use without opting in.
 const MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
@@ -681,5 +686,20 @@ mod tests {
         assert_eq!(persistent_blocks(180, 4, 396), 90);
         // More jobs than resident blocks: still one block a job.
         assert_eq!(persistent_blocks(7, 600, 396), 1);
+    }
+
+    #[test]
+    fn integer_activation_warps_stay_within_a_rows_groups() {
+        // A warp's lanes take 32 groups a step, two steps at a time.
+        // gpt-oss rows (2,880 values = 90 groups) and anything up to 127
+        // groups: one warp a row quad.
+        assert_eq!(qx_warps_cap(2_880), 1);
+        assert_eq!(qx_warps_cap(32), 1);
+        // Llama-8B's 4,096 (128 groups): two; the down projection's
+        // 14,336 (448 groups, 7 batches): four, not seven.
+        assert_eq!(qx_warps_cap(4_096), 2);
+        assert_eq!(qx_warps_cap(14_336), 4);
+        // Wide rows leave warps_per_row's choice (at most 8) alone.
+        assert_eq!(qx_warps_cap(65_536), 32);
     }
 }
