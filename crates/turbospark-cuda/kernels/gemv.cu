@@ -657,9 +657,8 @@ GEMV_KERNELS(gemv_q4, gemv_grouped, Q4, 4)
 // per job): widening each code to f32 and one FMA per value is what bounds
 // the kernels above; here a block first rounds its x row to integer codes
 // in shared memory, per 32-value group (the weights' groups) with one f32
-// step d = amax / X_MAX, so each lane's 8 values of a row are two dp4a
-// (int8 x) or four dp2a (int16 x) and the group's sum is exact in
-// integers:
+// step d = amax / X_MAX, so every 8 values of a row are two dp4a (int8 x)
+// or four dp2a (int16 x) and the group's sum is exact in integers:
 //   out[r] = Σ_groups (scale_w · d) · Σ_{32} code_w · code_x.
 // int8 x (the --quant int8/int4 formats, whose own weight rounding is far
 // larger) is an error of at most d / 2 a value, ~0.4% of the group's
@@ -747,7 +746,6 @@ __device__ __forceinline__ void quantize_x(const float* xr, u32 k, typename F::X
         }
     }
 }
-
 
 // A lane's group in each of the GR rows, raw: codes and scales.
 template <class F>
