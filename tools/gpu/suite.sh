@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after tools/gpu/bundle.sh:
+# the GPU tests, the decode/prefill bench of BENCHMARKS.md's table, and a
+# per-kernel Nsight Compute table of steady-state decode (warm caches, the
+# GPU's own clocks). Results go to $OUT (default ./gpu-results).
+# SANITIZE=1 also runs compute-sanitizer memcheck on the parity tests and a
+# short gpt-oss decode.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
+export TURBOSPARK_FIXTURES=$PWD/tests/fixtures TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+D=.device
+for t in parity flash_attention fixtures_on_gpu; do
+    echo "=== $t"
+    timeout 300 "$D/$t" --test-threads=1 2>&1 | grep -v "^$" | tail -40
+done > "$OUT/tests.txt" 2>&1
+grep -E "test result|FAILED|panicked" "$OUT/tests.txt"
+
+B="$D/turbospark bench --device cuda --json"
+for p in "llama-3.1-8b" "llama-3.1-8b --quant int8" "llama-3.1-8b --quant int4" "gpt-oss-20b"; do
+    # shellcheck disable=SC2086 # the preset carries its flags
+    timeout 200 $B --synthetic $p --prompt-len 2048 --gen-len 128 2>&1 | tail -1
+done > "$OUT/bench.txt"
+python3 - "$OUT/bench.txt" <<'PY' | tee "$OUT/bench_summary.txt"
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        d = json.loads(line)
+        print(d["model"], d["quant"], "prefill %.0f decode %.1f ceiling %.3f peak %.1f GB" % (
+            d["prefill_tok_s"], d["decode_tok_s"], d["ceiling_fraction"], d["peak_gpu_bytes"] / 1e9))
+    except ValueError:
+        print(line[:300])
+PY
+
+M="--cache-control none --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__registers_per_thread,smsp__inst_executed.sum"
+for p in "llama-3.1-8b --quant int4" "gpt-oss-20b"; do
+    echo "=== $p (2 layers, the last kernels launched: steady-state decode)"
+    # shellcheck disable=SC2086
+    timeout 200 ncu --csv $M --launch-count 700 $B --synthetic $p --layers 2 --prompt-len 2048 --gen-len 12 2>/dev/null \
+        | python3 "$D/ncu_table.py" 30
+done > "$OUT/kernels.txt" 2>&1
+
+if [ "${SANITIZE:-0}" = 1 ]; then
+    { timeout 600 compute-sanitizer --tool memcheck "$D/parity" --test-threads=1 2>&1 | tail -4
+      timeout 300 compute-sanitizer --tool memcheck $B --synthetic gpt-oss-20b --layers 2 --prompt-len 64 --gen-len 4 2>&1 | tail -2
+    } > "$OUT/memcheck.txt"
+    grep "ERROR SUMMARY" "$OUT/memcheck.txt"
+fi
