@@ -341,6 +341,12 @@ __device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
     return r;
 }
 
+// A 16-byte group's codes as four 32-bit words, in one load (MXFP4, int4).
+__device__ __forceinline__ void fetch_group16(const u8* codes, u64 group, u32* w) {
+    const uint4 v = ld_stream(codes + group * 16);
+    w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+}
+
 // MXFP4: 16 bytes of E2M1 codes a group (byte j: values 2j low nibble,
 // 2j + 1 high nibble), one E8M0 scale byte. A code is a sign bit and a
 // 3-bit magnitude index into {0, .5, 1, 1.5, 2, 3, 4, 6}; twice those are
@@ -392,8 +398,7 @@ struct Mxfp4 {
     }
     // A whole group's codes (4 Words) in one 16-byte load.
     static __device__ __forceinline__ void fetch_group(const u8* codes, u64 group, Word* w) {
-        const uint4 v = ld_stream(codes + group * 16);
-        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+        fetch_group16(codes, group, w);
     }
     // A group's integer sum, |n| ≤ 32 · 12 · 32767 < 2²⁴: exact as a float
     // (one conversion a group and row).
@@ -413,8 +418,17 @@ struct Mxfp4 {
     }
 };
 
+// The --quant formats' scales: one f32 a group, used as loaded.
+struct F32Scales {
+    typedef float Scale;
+    static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
+        return ((const float*)scales)[group];
+    }
+    static __device__ __forceinline__ float value(Scale s) { return s; }
+};
+
 // Int8 (weight-only --quant): 32 signed bytes a group, one f32 scale.
-struct Q8 {
+struct Q8 : F32Scales {
     typedef uint2 Word;
     static constexpr int UNROLL = 4;
     static constexpr int GROUP_BYTES = 32;  // codes a group
@@ -444,16 +458,11 @@ struct Q8 {
     }
     // |n| ≤ 32 · 128 · 127 < 2²²: exact through small_int_to_float.
     static __device__ __forceinline__ float to_float(int n) { return small_int_to_float(n); }
-    typedef float Scale;
-    static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
-        return ((const float*)scales)[group];
-    }
-    static __device__ __forceinline__ float value(Scale s) { return s; }
 };
 
 // Int4 (weight-only --quant): 16 bytes a group of value + 8 codes (low
 // nibble first), one f32 scale.
-struct Q4 {
+struct Q4 : F32Scales {
     typedef u32 Word;
     static constexpr int UNROLL = 4;
     static constexpr int GROUP_BYTES = 16;  // codes a group
@@ -478,16 +487,10 @@ struct Q4 {
         return dp4a(q & 0x0F0F0F0Fu, xw.x, dp4a((q >> 4) & 0x0F0F0F0Fu, xw.y, acc));
     }
     static __device__ __forceinline__ void fetch_group(const u8* codes, u64 group, Word* w) {
-        const uint4 v = ld_stream(codes + group * 16);
-        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+        fetch_group16(codes, group, w);
     }
     // |n| ≤ 32 · 15 · 127 before the zero point is taken off: exact.
     static __device__ __forceinline__ float to_float(int n) { return small_int_to_float(n); }
-    typedef float Scale;
-    static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
-        return ((const float*)scales)[group];
-    }
-    static __device__ __forceinline__ float value(Scale s) { return s; }
 };
 
 // acc[i][t] += s[i] · Σ_{8 values} w_i · x_t for one step of one lane.
