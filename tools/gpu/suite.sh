@@ -41,6 +41,13 @@ for p in "llama-3.1-8b --quant int4" "gpt-oss-20b"; do
         | python3 "$D/ncu_table.py" 30
 done > "$OUT/kernels.txt" 2>&1
 
+for p in "llama-3.1-8b" "gpt-oss-20b"; do
+    echo "=== prefill $p (2 layers, 2048 tokens, no warmup: ncu times kernels, not loading)"
+    # shellcheck disable=SC2086
+    timeout 200 ncu --csv $M $B --synthetic $p --layers 2 --prompt-len 2048 --gen-len 1 --warmup 0 2>/dev/null \
+        | python3 "$D/ncu_table.py" sum | head -25
+done > "$OUT/prefill_kernels.txt" 2>&1
+
 if [ "${SANITIZE:-0}" = 1 ]; then
     { timeout 600 compute-sanitizer --tool memcheck "$D/parity" --test-threads=1 2>&1 | tail -4
       timeout 300 compute-sanitizer --tool memcheck $B --synthetic gpt-oss-20b --layers 2 --prompt-len 64 --gen-len 4 2>&1 | tail -2

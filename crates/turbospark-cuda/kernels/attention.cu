@@ -145,31 +145,34 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
     }
 }
 
-// The GQA decode kernel: one block of two warps per (query row, KV head,
-// split), so each key and value row is read once for all `group` query
-// heads that share it (8 for gpt-oss, 4 for Llama-3-8B) instead of once
-// per query head. The block's queries wait in shared memory; warp w takes
-// the split's tiles w, w + 2, ... of T slots (T · head_dim ≤ 2048 values).
-// Per tile:
-// - the tile's key and value rows are copied to the warp's shared memory
-//   with asynchronous 16-byte copies, all in flight at once (a decode step
-//   is bound by how many KV bytes are in flight, not by arithmetic);
-// - scores: LPK = 32 / T lanes share a key (every lane busy), each dotting
-//   every LPK-th float4 of the key row with each of the group's queries,
-//   then meeting by shuffles (key rows padded by LPK float4s: the lanes of
-//   a shared-memory phase hit distinct banks);
-// - online softmax per head over the tile: warp max, p = exp(score − m),
-//   l and the output rescaled by exp(m_old − m_new);
+// The GQA decode kernel: one block per (query row, KV head, split) and one
+// warp per query head of the group (launched with 32 · group threads), so
+// each key and value row is read from memory once for all the heads that
+// share it (8 for gpt-oss, 4 for Llama-3-8B). The block walks its split's
+// slots in tiles of T (T · head_dim ≤ 4096 values). Per tile:
+// - all the block's threads copy the tile's key and value rows to shared
+//   memory with asynchronous 16-byte copies, all in flight at once (a
+//   decode step is bound by how many KV bytes are in flight);
+// - each warp scores the tile for its own head: LPK = 32 / T lanes share a
+//   key (every lane busy), each dotting every LPK-th float4 of the key row
+//   with the head's query, then meeting by shuffles (key rows padded by LPK
+//   float4s: the lanes of a shared-memory phase hit distinct banks);
+// - online softmax over the tile: warp max, p = exp(score − m), the
+//   output rescaled by exp(m_old − m_new);
 // - values: each lane owns J consecutive dimensions; for each live slot it
 //   reads them in one vector load and adds p (shuffled from the slot's
-//   lane) times them to each head.
-// The two warps then merge their (m, l, output) through shared memory and
-// the block writes one partial. J = ceil(head_dim / 32), G = the most query
+//   lane) times them.
+// Each warp then writes its head's partial (m, l, output). One warp a head,
+// rather than warps that each take whole tiles for every head of the group:
+// a decode step's attention is bound by the latency of each warp's chain of
+// shared loads, shuffles and multiply-adds, not by bytes (ncu: 0.17 issued
+// instructions a cycle per scheduler with two warps a block), and this
+// makes each warp's chain `group` times shorter and gives the SMs `group`
+// times more warps to overlap. J = ceil(head_dim / 32), G = the most query
 // heads a group may have. Sums run in a different order from the CPU's (a
-// dot in float4 pieces, warp trees for the tile's max and denominator):
-// equal up to f32 rounding.
-#define GQA_WARPS 2
-#define GQA_TILE_VALUES 2048
+// dot in float4 pieces, a warp tree for the tile's max, per-lane
+// denominators summed at the end): equal up to f32 rounding.
+#define GQA_TILE_VALUES 4096
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     u32 addr;
@@ -208,19 +211,17 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                                          u32 head_dim, u32 kv_dim, float scale, float softcap,
                                          i64 window, u32 slot_lo, u32 slot_hi, u32 per_split,
                                          u32 capacity, u32 splits) {
-    constexpr int HD = 32 * J;
-    constexpr int T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
-    constexpr int LPK = 32 / T;
-    constexpr int KROW = HD + 4 * LPK;  // floats a staged key row may take
-    static_assert(G * (HD + 2) <= T * KROW, "the warps' exchange fits in a warp's key rows");
-    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    constexpr u32 HD = 32 * J, H4 = HD / 4;
+    constexpr u32 T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
+    constexpr u32 LPK = 32 / T;
+    constexpr u32 KS = H4 + LPK;  // float4s a staged key row
+    const u32 lane = threadIdx.x & 31u, head = threadIdx.x >> 5;
     const u32 kv_heads = num_heads / group;
     const u32 row = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads;
     const u32 split = blockIdx.y;
-    // The group's queries (contiguous heads kvh·group ..) for both warps.
-    __shared__ __align__(16) float qs[G * HD];
-    __shared__ __align__(16) float ks[GQA_WARPS][T * KROW];
-    __shared__ __align__(16) float vs[GQA_WARPS][T * HD];
+    __shared__ float4 qs[G * H4];
+    __shared__ float4 ks[T * KS];
+    __shared__ float4 vs[T * H4];
     // A split this row cannot see (past its position, outside its window:
     // most of a recorded step's splits early in a sequence, and of a
     // sliding layer's) writes nothing; attn_combine skips it.
@@ -228,53 +229,44 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     u32 s0, s1;
     split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
     if (s0 >= s1) return;
-    // Every load is issued before any store (a loop of load-then-store
-    // would wait out one round trip per element). head_dim is a multiple
-    // of 4: the group's queries are whole float4s.
-    const float4* qrow = (const float4*)(q + ((u64)row * num_heads + (u64)kvh * group) * head_dim);
-    constexpr int QL = (G * HD / 4 + 32 * GQA_WARPS - 1) / (32 * GQA_WARPS);  // float4s a thread
-    const u32 qn = group * head_dim / 4;
-    float4 qv[QL];
-#pragma unroll
-    for (int i = 0; i < QL; i++) {
-        const u32 at = threadIdx.x + i * 32 * GQA_WARPS;
-        if (at < qn) qv[i] = qrow[at];
-    }
-#pragma unroll
-    for (int i = 0; i < QL; i++) {
-        const u32 at = threadIdx.x + i * 32 * GQA_WARPS;
-        if (at < qn) ((float4*)qs)[at] = qv[i];
-    }
-    __syncthreads();
+    // head_dim is a multiple of 4: the query is whole float4s. Only this
+    // warp reads its head's query.
+    const u32 h4 = head_dim / 4;
+    const u64 qh = (u64)row * num_heads + (u64)kvh * group + head;
+    const float4* qrow = (const float4*)(q + qh * head_dim);
+    float4* qq = qs + head * H4;
+    for (u32 c = lane; c < h4; c += 32) qq[c] = qrow[c];
+    __syncwarp();
     const u64 kv_off = (u64)kvh * head_dim;
-    const u32 h4 = head_dim / 4, kstride = h4 + LPK;  // float4s a staged key row
-    const u32 key = lane / LPK, sub = lane % LPK;     // the key this lane scores
-    const float4* q4 = (const float4*)qs;
-    float4* k4 = (float4*)ks[warp];
-    float4* v4 = (float4*)vs[warp];
-    const float* vt = vs[warp];
+    const u32 key = lane / LPK, sub = lane % LPK;  // the key this lane scores
+    const float* vt = (const float*)vs;
 
-    float m[G], l[G], acc[G][J];
+    // Per-lane denominator terms (each key's first lane holds its p); the
+    // warp sums them once at the end.
+    float m = NEG_INF, l = 0.0f, acc[J];
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-        m[g] = NEG_INF;
-        l[g] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < J; j++) acc[g][j] = 0.0f;
-    }
-    for (u32 t0 = s0 + warp * T; t0 < s1; t0 += GQA_WARPS * T) {
-        const u32 nk = min((u32)T, s1 - t0);
-        // Float4 c of row r, for r·h4 + c = lane, lane + 32, ... (no
-        // division: c wraps into the next rows).
-        for (u32 r = 0, c = lane;; c += 32) {
-            while (c >= h4) {
-                c -= h4;
-                r++;
+    for (int j = 0; j < J; j++) acc[j] = 0.0f;
+    for (u32 t0 = s0; t0 < s1; t0 += T) {
+        const u32 nk = min(T, s1 - t0);
+        // Float4 c of row r for i = r · h4 + c, the block's threads
+        // striding over i.
+        if (head_dim == HD) {
+            // The variant's own head_dim (the usual case): row and column
+            // by shifts of a compile-time power of two.
+#pragma unroll 4
+            for (u32 i = threadIdx.x; i < nk * H4; i += blockDim.x) {
+                const u32 r = i / H4, c = i % H4;
+                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+                cp_async16(&ks[r * KS + c], kc + src);
+                cp_async16(&vs[r * H4 + c], vc + src);
             }
-            if (r >= nk) break;
-            const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
-            cp_async16(&k4[r * kstride + c], kc + src);
-            cp_async16(&v4[r * h4 + c], vc + src);
+        } else {
+            for (u32 i = threadIdx.x; i < nk * h4; i += blockDim.x) {
+                const u32 r = i / h4, c = i % h4;
+                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+                cp_async16(&ks[r * KS + c], kc + src);
+                cp_async16(&vs[r * H4 + c], vc + src);
+            }
         }
         bool live = false;
         if (key < nk) {
@@ -282,110 +274,68 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             live = !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
         }
         cp_async_wait_all();
-        __syncwarp();
-        float sc[G];
-#pragma unroll
-        for (int g = 0; g < G; g++) sc[g] = 0.0f;
+        __syncthreads();
+        // Four partial sums (one per float4 component): four short chains
+        // of dependent multiply-adds instead of one long one.
+        float4 d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (live) {
-            const float4* kk = k4 + key * kstride;
-#pragma unroll 4
+            const float4* kk = ks + key * KS;
+#pragma unroll 8
             for (u32 c = sub; c < h4; c += LPK) {
-                const float4 kv = kk[c];
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    if (g < (int)group) {
-                        const float4 qv = q4[g * h4 + c];
-                        sc[g] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
-                    }
-                }
+                const float4 k = kk[c], qv = qq[c];
+                d.x += qv.x * k.x;
+                d.y += qv.y * k.y;
+                d.z += qv.z * k.z;
+                d.w += qv.w * k.w;
             }
         }
+        float sc = (d.x + d.y) + (d.z + d.w);
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-#pragma unroll
-            for (int o = 1; o < LPK; o <<= 1) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o);
-        }
-        // Scores as the CPU forms them (scaled, softcapped), then the
-        // tile's softmax step per head; sc[g] becomes p (the same in each
-        // of a key's lanes; its first lane counts it in the denominator).
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (g >= (int)group) continue;
-            float x = sc[g] * scale;
-            if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-            x = live ? x : NEG_INF;
-            const float tmax = warp_max(x);
-            if (tmax == NEG_INF) {  // no live slot in the tile (the whole warp)
-                sc[g] = 0.0f;
-                continue;
-            }
-            const float mn = fmaxf(m[g], tmax);
-            const float corr = expf(m[g] - mn);  // 0 before the first live slot
+        for (u32 o = 1; o < LPK; o <<= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
+        // The score as the CPU forms it (scaled, softcapped), then the
+        // tile's softmax step; p is the same in each of a key's lanes.
+        float x = sc * scale;
+        if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+        x = live ? x : NEG_INF;
+        const float tmax = warp_max(x);
+        if (tmax != NEG_INF) {  // some live slot in the tile (warp-uniform)
+            const float mn = fmaxf(m, tmax);
+            const float corr = expf(m - mn);  // 0 before the first live slot
             const float p = live ? expf(x - mn) : 0.0f;
-            l[g] = l[g] * corr + warp_sum(sub == 0 ? p : 0.0f);
+            l = l * corr + (sub == 0 ? p : 0.0f);
 #pragma unroll
-            for (int j = 0; j < J; j++) acc[g][j] *= corr;
-            m[g] = mn;
-            sc[g] = p;
-        }
-        // Bit t · LPK: slot t0 + t is live.
-        const u32 live_mask = __ballot_sync(0xffffffffu, live && sub == 0);
-        for (u32 t = 0; t < nk; t++) {
-            if (!((live_mask >> (t * LPK)) & 1u)) continue;
-            float v[J];
-            if (lane * J < head_dim) {
-                load_j<J>(vt + t * head_dim + lane * J, v);
-            } else {
+            for (int j = 0; j < J; j++) acc[j] *= corr;
+            m = mn;
+            // Bit t · LPK: slot t0 + t is live.
+            const u32 live_mask = __ballot_sync(0xffffffffu, live && sub == 0);
+#pragma unroll 4
+            for (u32 t = 0; t < nk; t++) {
+                if (!((live_mask >> (t * LPK)) & 1u)) continue;
+                const float pt = __shfl_sync(0xffffffffu, p, t * LPK);
+                float v[J];
+                if (lane * J < head_dim) {
+                    load_j<J>(vt + t * HD + lane * J, v);
+                } else {
 #pragma unroll
-                for (int j = 0; j < J; j++) v[j] = 0.0f;
-            }
+                    for (int j = 0; j < J; j++) v[j] = 0.0f;
+                }
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                if (g >= (int)group) continue;
-                const float p = __shfl_sync(0xffffffffu, sc[g], t * LPK);
-#pragma unroll
-                for (int j = 0; j < J; j++) acc[g][j] += p * v[j];
+                for (int j = 0; j < J; j++) acc[j] += pt * v[j];
             }
         }
-        __syncwarp();  // the next tile overwrites the staged rows
+        __syncthreads();  // the next tile overwrites the staged rows
     }
-    // Warp 1 hands (m, l, output) to warp 0 through its own staging rows
-    // (G · (HD + 2) floats fit in T · KROW for every variant).
-    float* ex = ks[1];
-    __syncthreads();
-    if (warp == 1) {
+    // No live slot: m = −inf, l = 0, output 0, which the combine skips.
+    l = warp_sum(l);
+    const u64 out = qh * splits + split;
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (g >= (int)group) continue;
-            if (lane == 0) {
-                ex[G * HD + 2 * g] = m[g];
-                ex[G * HD + 2 * g + 1] = l[g];
-            }
-#pragma unroll
-            for (int j = 0; j < J; j++) ex[g * HD + lane * J + j] = acc[g][j];
-        }
+    for (int j = 0; j < J; j++) {
+        const u32 d = lane * J + j;
+        if (d < head_dim) part_o[out * head_dim + d] = acc[j];
     }
-    __syncthreads();
-    if (warp != 0) return;
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        if (g >= (int)group) continue;
-        const float m1 = ex[G * HD + 2 * g], l1 = ex[G * HD + 2 * g + 1];
-        const float mn = fmaxf(m[g], m1);
-        // A warp that saw no live slot weighs nothing (both none: m = −inf,
-        // l = 0, output 0, which the combine skips).
-        const float f0 = m[g] == NEG_INF ? 0.0f : expf(m[g] - mn);
-        const float f1 = m1 == NEG_INF ? 0.0f : expf(m1 - mn);
-        const u64 out = ((u64)row * num_heads + (u64)kvh * group + g) * splits + split;
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            const u32 d = lane * J + j;
-            if (d < head_dim) part_o[out * head_dim + d] = acc[g][j] * f0 + ex[g * HD + d] * f1;
-        }
-        if (lane == 0) {
-            part_ml[out * 2] = mn;
-            part_ml[out * 2 + 1] = l[g] * f0 + l1 * f1;
-        }
+    if (lane == 0) {
+        part_ml[out * 2] = m;
+        part_ml[out * 2 + 1] = l;
     }
 }
 
@@ -402,7 +352,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 // ≤ 128 with 4 or 8, ≤ 256 with 4; the smaller group where it fits, as its
 // kernel needs fewer registers (src/attention.rs picks).
 #define ATT_GQA_KERNEL(name, J, G)                                                               \
-    extern "C" __global__ void __launch_bounds__(32 * GQA_WARPS) name(ATT_GQA_ARGS) {           \
+    extern "C" __global__ void __launch_bounds__(32 * G) name(ATT_GQA_ARGS) {                   \
         pdl_enter();                                                                            \
         attn_gqa<J, G>(ATT_GQA_PASS);                                                            \
     }

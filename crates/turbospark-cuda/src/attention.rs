@@ -30,12 +30,9 @@ const MIN_SLOTS_PER_SPLIT: usize = 32;
 const FLASH_MIN_ROWS: usize = 16;
 /// Most splits of one (row, head): `ATT_MAX_SPLITS` in kernels/attention.cu.
 const MAX_SPLITS: usize = 256;
-/// Warps of a GQA block (`GQA_WARPS`); each takes every second tile of
-/// the block's split.
-const GQA_WARPS: usize = 2;
-/// Warps the GQA kernel's splits aim for per SM: each warp's tiles are
-/// latency-bound (copy, score, softmax, values in turn), so the SMs need
-/// many of them at once.
+/// Warps the GQA kernel's splits aim for at least, per SM: each warp's
+/// tiles are latency-bound (copy, score, softmax, values in turn), so the
+/// SMs need many of them at once.
 const GQA_WARPS_PER_SM: usize = 16;
 /// Threads of the combine kernel (`ATT_COMBINE_THREADS`).
 const COMBINE_THREADS: u32 = 256;
@@ -43,8 +40,8 @@ const COMBINE_THREADS: u32 = 256;
 /// The GQA decode kernel for `head_dim` and `group` query heads per KV
 /// head, if one holds them (kernels/attention.cu: head_dim a multiple of 4,
 /// up to 64 with 16 heads a group, 128 with 8, 256 with 4), the one with the
-/// fewest registers, and its tile: `min(32, 2048 / (32 · ceil(hd / 32)))`
-/// slots.
+/// least shared memory, and its tile: `min(32, 4096 / (32 · ceil(hd / 32)))`
+/// slots (`GQA_TILE_VALUES`).
 fn gqa_kernel(
     be: &Cuda,
     head_dim: usize,
@@ -63,20 +60,19 @@ fn gqa_kernel(
     ]
     .into_iter()
     .find(|&(hd, g, _)| head_dim <= hd && group <= g)
-    .map(|(hd, _, f)| (f, (2048 / hd).min(32)))
+    .map(|(hd, _, f)| (f, (4096 / hd).min(32)))
 }
 
 /// Slots per split of the GQA kernel for `range` slots and `units` (row,
-/// KV head) pairs: whole tiles for each of the block's warps, as few as
-/// give about [`GQA_WARPS_PER_SM`] warps an SM, and at most [`MAX_SPLITS`]
-/// splits.
-fn gqa_per_split(range: usize, units: usize, tile: usize, sm_count: usize) -> usize {
+/// KV head) pairs of `group` warps (one a query head): as many whole tiles
+/// a block as still give at least [`GQA_WARPS_PER_SM`] warps an SM, and at
+/// most [`MAX_SPLITS`] splits.
+fn gqa_per_split(range: usize, units: usize, group: usize, tile: usize, sm_count: usize) -> usize {
     let tiles = range.div_ceil(tile).max(1);
-    let warps = GQA_WARPS_PER_SM * sm_count;
-    let per_warp = (tiles * units).div_ceil(warps).max(1);
-    let mut per_split = per_warp * GQA_WARPS * tile;
+    let blocks = (GQA_WARPS_PER_SM * sm_count).div_ceil(units * group);
+    let mut per_split = (tiles / blocks.max(1)).max(1) * tile;
     while range.div_ceil(per_split) > MAX_SPLITS {
-        per_split += GQA_WARPS * tile;
+        per_split += tile;
     }
     per_split
 }
@@ -234,7 +230,9 @@ pub fn attention(
     let gqa = gqa_kernel(be, hd, group);
     let range = hi - lo;
     let per_split = match gqa {
-        Some((_, tile)) => gqa_per_split(range, n * p.num_kv_heads, tile, be.sm_count as usize),
+        Some((_, tile)) => {
+            gqa_per_split(range, n * p.num_kv_heads, group, tile, be.sm_count as usize)
+        }
         None => {
             // About eight blocks an SM.
             let want = (8 * be.sm_count as usize).div_ceil(rh);
@@ -267,11 +265,11 @@ pub fn attention(
         Arg::U32(kv.spec.capacity as u32),
     ];
     match gqa {
-        // One block of GQA_WARPS warps a split.
+        // One block a split, one warp a query head.
         Some((f, _)) => {
             args.push(Arg::U32(splits as u32));
             let grid = ((n * p.num_kv_heads) as u32, splits as u32, 1);
-            be.launch(f, grid, 32 * GQA_WARPS as u32, &args);
+            be.launch(f, grid, 32 * group as u32, &args);
         }
         None => be.launch(
             &be.k.attn_partial,
@@ -328,18 +326,21 @@ mod tests {
     }
 
     #[test]
-    fn gqa_splits_are_whole_tiles_for_each_warp() {
-        // Llama-3-8B decode at 2176 slots, 8 KV heads, tiles of 16, 132
-        // SMs: 136 tiles × 8 heads = 1088 warp-tiles, under 16 warps × 132
-        // SMs, so one tile a warp: 32-slot splits (68 of them).
-        assert_eq!(gqa_per_split(2176, 8, 16, 132), 32);
-        // A long context takes several tiles a warp.
-        assert_eq!(gqa_per_split(32768, 8, 16, 132), 16 * 2 * 8);
+    fn gqa_splits_are_whole_tiles_and_fill_the_sms() {
+        // Llama-3-8B decode at 2176 slots: 8 KV heads of 4 warps, tiles of
+        // 32, 132 SMs. 2112 warps want 66 blocks a KV head; 68 tiles make
+        // that one tile a split (68 splits, 2176 warps).
+        assert_eq!(gqa_per_split(2176, 8, 4, 32, 132), 32);
+        // gpt-oss (8 heads a group): 33 blocks a KV head, two tiles each.
+        assert_eq!(gqa_per_split(2176, 8, 8, 32, 132), 64);
+        // A long context takes several tiles a split: 32768 / 32 = 1024
+        // tiles over 66 blocks, 15 each.
+        assert_eq!(gqa_per_split(32768, 8, 4, 32, 132), 15 * 32);
         // Splits are capped at MAX_SPLITS.
-        let per = gqa_per_split(1 << 20, 1, 32, 132);
+        let per = gqa_per_split(1 << 20, 1, 1, 32, 132);
         assert!((1usize << 20).div_ceil(per) <= MAX_SPLITS);
-        assert_eq!(per % (GQA_WARPS * 32), 0);
+        assert_eq!(per % 32, 0);
         // Fewer slots than a tile: one split.
-        assert_eq!(gqa_per_split(5, 1, 16, 132), 32);
+        assert_eq!(gqa_per_split(5, 1, 4, 32, 132), 32);
     }
 }

@@ -249,6 +249,12 @@ pub struct BenchArgs {
     /// Tokens decoded one at a time after the prompt.
     #[arg(long, default_value_t = 32)]
     pub gen_len: usize,
+    /// Untimed runs of the whole prompt (and two decode steps) before the
+    /// timed one, in a throwaway session, as llama-bench's warmup: the first
+    /// run pays for lazily loaded GPU code, cuBLAS's heuristics and buffer
+    /// growth, which a serving process pays once.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,

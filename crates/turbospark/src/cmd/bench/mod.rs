@@ -3,6 +3,7 @@
 //! Prefill runs `--prompt-len` pseudo-random tokens as one prompt; decode
 //! then generates `--gen-len` tokens greedily, one at a time, the way `run`
 //! does (on a GPU: replayed decode graphs, the argmax chosen on the device).
+//! `--warmup` untimed runs of the same prompt come first (default one).
 //!
 //! Decode at batch 1 is bound by memory bandwidth, so the report sets the
 //! bytes one decoded token reads (active weights plus the KV rows attention
@@ -73,6 +74,16 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
         (s % vocab) as u32
     };
     let prompt: Vec<u32> = (0..a.prompt_len.max(1)).map(|_| next()).collect();
+    // The warmup's prompt differs from the timed one (same length): MoE
+    // prefill sizes its per-expert work by how the tokens route, so a
+    // repeated prompt would find exactly its own shapes already prepared.
+    for _ in 0..a.warmup {
+        let other: Vec<u32> = (0..prompt.len()).map(|_| next()).collect();
+        let mut warm = engine.session(prompt.len() + 3);
+        let token = warm.feed_argmax(&other)?;
+        let token = warm.feed_argmax(&[token])?;
+        warm.feed_argmax(&[token])?;
+    }
     let mut session = engine.session(prompt.len() + a.gen_len + 1);
     // Greedy generation, as `run` does it: the next token is chosen where
     // the logits are (on a GPU only its id comes back).
@@ -108,6 +119,7 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
             json!({"model": model_name, "device": engine.be.name(), "decode_graph": recorded,
                 "device_name": engine.be.describe(), "threads": threads, "quant": quant,
                 "layers": spec.num_layers, "prompt_len": prompt.len(), "gen_len": a.gen_len,
+                "warmup": a.warmup,
                 "prefill_tok_s": prefill, "decode_tok_s": decode,
                 "weight_bytes_per_token": weight_bytes, "kv_bytes_per_token": kv_bytes,
                 "bytes_per_token": bytes_per_token, "decode_gb_s": decode_bandwidth / 1e9,
