@@ -3,6 +3,7 @@
 # the GPU tests, the decode/prefill bench of BENCHMARKS.md's table, and a
 # per-kernel Nsight Compute table of steady-state decode (warm caches, the
 # GPU's own clocks). Results go to $OUT (default ./gpu-results).
+# PREFILL=0 leaves out the per-kernel table of a prefill.
 # SANITIZE=1 also runs compute-sanitizer memcheck on the parity tests and a
 # short gpt-oss decode.
 set -uo pipefail
@@ -37,11 +38,11 @@ M="--cache-control none --clock-control none --metrics gpu__time_duration.sum,dr
 for p in "llama-3.1-8b --quant int4" "gpt-oss-20b"; do
     echo "=== $p (2 layers, the last kernels launched: steady-state decode)"
     # shellcheck disable=SC2086
-    timeout 200 ncu --csv $M --launch-count 700 $B --synthetic $p --layers 2 --prompt-len 2048 --gen-len 12 2>/dev/null \
+    timeout 200 ncu --csv $M --launch-count 700 $B --synthetic $p --layers 2 --prompt-len 2048 --gen-len 12 --warmup 0 2>/dev/null \
         | python3 "$D/ncu_table.py" 30
 done > "$OUT/kernels.txt" 2>&1
 
-for p in "llama-3.1-8b" "gpt-oss-20b"; do
+[ "${PREFILL:-1}" = 1 ] && for p in "llama-3.1-8b" "gpt-oss-20b"; do
     echo "=== prefill $p (2 layers, 2048 tokens, no warmup: ncu times kernels, not loading)"
     # shellcheck disable=SC2086
     timeout 200 ncu --csv $M $B --synthetic $p --layers 2 --prompt-len 2048 --gen-len 1 --warmup 0 2>/dev/null \

@@ -341,6 +341,14 @@ __device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
     return r;
 }
 
+// The bytes of (a, b) chosen by the low 16 bits of `sel` as PTX's prmt
+// has it: bits 0-2 of a nibble pick a byte, bit 3 replicates its sign.
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
 // A 16-byte group's codes as four 32-bit words, in one load (MXFP4, int4).
 __device__ __forceinline__ void fetch_group16(const u8* codes, u64 group, u32* w) {
     const uint4 v = ld_stream(codes + group * 16);
@@ -374,27 +382,28 @@ struct Mxfp4 {
             o[i] = __uint_as_float(__float_as_uint(twice) | sign);
         }
     }
-    // Twice the 8 values as int8 (natural order), dotted with 8 int16 x
+    // Twice the 8 values as bytes (natural order), dotted with 8 int16 x
     // codes: MXFP4 is the format as released, so rounding x is the only
     // error against the reference and it gets 16 bits (two-way dp2a).
     typedef uint4 XWord;
     static constexpr int X_MAX = 32767;
     static constexpr bool SPLIT = false;
-    static constexpr int ZERO = 0;
+    // The bytes are twice the value plus ZERO (4 .. 28), so the kernel
+    // takes ZERO · Σ x codes off each group's sum.
+    static constexpr int ZERO = 16;
     static __device__ __forceinline__ int dot_x(Word q, XWord xw, int acc) {
-        // Bytes {0, 1, 2, 3, 4, 6, 8, 12} and their negations; a code's
-        // sign bit (bit 3) moves the byte select from the first word to the
-        // second (selector nibble i + 4).
-        const u32 pos_lo = 0x03020100u, pos_hi = 0x0C080604u;
-        const u32 neg_lo = 0xFDFEFF00u, neg_hi = 0xF4F8FAFCu;
-        u32 w[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const u32 c = q >> (16 * h), idx = c & 0x7777u;
-            w[h] = __byte_perm(__byte_perm(pos_lo, pos_hi, idx), __byte_perm(neg_lo, neg_hi, idx),
-                               ((c >> 1) & 0x4444u) | 0x3210u);
-        }
-        return dp2a_hi(xw.w, w[1], dp2a_lo(xw.z, w[1], dp2a_hi(xw.y, w[0], dp2a_lo(xw.x, w[0], acc))));
+        // The magnitudes {0, 1, 2, 3, 4, 6, 8, 12} (twice the E2M1
+        // values) looked up by the codes themselves with prmt, which reads
+        // a selector nibble's bit 3 as "replicate the selected byte's sign"
+        // (0 here): positive codes (bit 3 clear) give their magnitude and
+        // negative ones 0, and with the sign bits flipped the other way
+        // round. pos + ZERO − neg is then each byte's value plus ZERO, in
+        // 4 .. 28, so no byte borrows from the next.
+        const u32 lo = 0x03020100u, hi = 0x0C080604u, zero = 0x10101010u;
+        const u32 flip = q ^ 0x88888888u;
+        const u32 w0 = prmt(lo, hi, q) + zero - prmt(lo, hi, flip);
+        const u32 w1 = prmt(lo, hi, q >> 16) + zero - prmt(lo, hi, flip >> 16);
+        return dp2a_hi(xw.w, w1, dp2a_lo(xw.z, w1, dp2a_hi(xw.y, w0, dp2a_lo(xw.x, w0, acc))));
     }
     // A whole group's codes (4 Words) in one 16-byte load.
     static __device__ __forceinline__ void fetch_group(const u8* codes, u64 group, Word* w) {
@@ -688,6 +697,16 @@ __device__ __forceinline__ float max_nan(float a, float b) {
     return r;
 }
 
+// Σ of an XWord's eight codes, plus acc.
+__device__ __forceinline__ int x_sum(const uint2& x, int acc) {
+    return dp4a(x.x, 0x01010101u, dp4a(x.y, 0x01010101u, acc));
+}
+
+__device__ __forceinline__ int x_sum(const uint4& x, int acc) {
+    const u32 ones = 0x01010101u;
+    return dp2a_lo(x.x, ones, dp2a_lo(x.y, ones, dp2a_lo(x.z, ones, dp2a_lo(x.w, ones, acc))));
+}
+
 // Eight codes (their low bytes or halves) in one XWord, in this order.
 __device__ __forceinline__ void pack_x(uint2& o, const int* n) {
     o.x = __byte_perm(__byte_perm(n[0], n[1], 0x0040), __byte_perm(n[2], n[3], 0x0040), 0x5410);
@@ -818,7 +837,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
 #pragma unroll
         for (int i = 0; i < GR; i++) acc[i][0] = 0.0f;
         // Group q of the GR rows. Its x codes are read once; with a zero
-        // point (int4) the group's sum takes ZERO · Σ x codes off.
+        // point (int4, MXFP4) the group's sum takes ZERO · Σ x codes off.
         auto group_at = [&](const GroupWords<F>& g, u32 q) {
             XWord xw[4];
 #pragma unroll
@@ -827,9 +846,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
             int xoff = 0;
             if (F::ZERO) {
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    xoff = dp4a(xw[j].x, 0x01010101u, dp4a(xw[j].y, 0x01010101u, xoff));
-                }
+                for (int j = 0; j < 4; j++) xoff = x_sum(xw[j], xoff);
                 xoff *= F::ZERO;
             }
 #pragma unroll

@@ -4,7 +4,10 @@
 // sums sequentially, so results differ by rounding only). A decode row is a
 // single block, so its time is load latency: each thread loads its (at most
 // NORM_HELD) values at once and keeps them in registers for the second
-// pass; values beyond that (d > NORM_HELD · blockDim) are read again.
+// pass; values beyond that (d > NORM_HELD · blockDim) are read again. The
+// weights, which no kernel writes, are loaded before waiting for the
+// previous kernel (programmatic dependent launch), so the only round trip
+// left after it is the one for x.
 
 #define NORM_HELD 8
 
@@ -14,6 +17,13 @@ __device__ __forceinline__ void norm_group(float* out, float* x, const float* y,
                                            int dt, u32 d, float eps) {
     const u64 base = (u64)blockIdx.x * d;
     const u32 t = threadIdx.x, bd = blockDim.x;
+    float wv[NORM_HELD];
+#pragma unroll
+    for (int j = 0; j < NORM_HELD; j++) {
+        const u32 i = t + j * bd;
+        wv[j] = i < d ? load_w(w, dt, i) : 0.0f;
+    }
+    pdl_enter();
     float held[NORM_HELD];
     float ss = 0.0f;
 #pragma unroll
@@ -44,7 +54,7 @@ __device__ __forceinline__ void norm_group(float* out, float* x, const float* y,
 #pragma unroll
     for (int j = 0; j < NORM_HELD; j++) {
         const u32 i = t + j * bd;
-        if (i < d) out[base + i] = load_w(w, dt, i) * (held[j] * r);
+        if (i < d) out[base + i] = wv[j] * (held[j] * r);
     }
     for (u32 i = t + NORM_HELD * bd; i < d; i += bd) {
         out[base + i] = load_w(w, dt, i) * (x[base + i] * r);
@@ -53,13 +63,11 @@ __device__ __forceinline__ void norm_group(float* out, float* x, const float* y,
 
 extern "C" __global__ void rms_norm(float* out, const float* x, const void* w, int dt, u32 d,
                                     float eps) {
-    pdl_enter();
-    // x is only read when y is null.
+    // x is only read when y is null. (norm_group calls pdl_enter.)
     norm_group(out, (float*)x, nullptr, w, dt, d, eps);
 }
 
 extern "C" __global__ void add_rms_norm(float* out, float* x, const float* y, const void* w,
                                         int dt, u32 d, float eps) {
-    pdl_enter();
-    norm_group(out, x, y, w, dt, d, eps);
+    norm_group(out, x, y, w, dt, d, eps);  // calls pdl_enter
 }
