@@ -202,18 +202,43 @@ pub trait Backend: Send + Sync {
     }
     /// `x += y`.
     fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor);
-    /// `x += y`, then `out = rms_norm(x)`: the residual add and the norm
-    /// that follows it (one pass where the backend fuses them).
-    fn add_rms_norm(
+    /// `outs[i] = rms_norm(x) · parts[i].0ᵀ (+ parts[i].1)`, and the normed
+    /// rows into `normed` when it is given: a block's input norm and the
+    /// projections that read it ([`Backend::rms_norm`], then
+    /// [`Backend::linears`]). Backends may fuse the norm into the
+    /// projections (computed where they read their input).
+    fn rms_norm_linears(
         &self,
-        x: &mut Self::Tensor,
-        y: &Self::Tensor,
+        x: &Self::Tensor,
         w: &Self::Weight,
         eps: f32,
-        out: &mut Self::Tensor,
+        parts: &[(&Self::Weight, Option<&Self::Weight>)],
+        outs: &mut [&mut Self::Tensor],
+        normed: Option<&mut Self::Tensor>,
     ) {
-        self.add(x, y);
-        self.rms_norm(x, w, eps, out);
+        let (rows, cols) = self.shape(x);
+        let mut own = None;
+        let normed = match normed {
+            Some(t) => t,
+            None => own.insert(self.tensor(rows, cols)),
+        };
+        self.rms_norm(x, w, eps, normed);
+        self.linears(normed, parts, outs);
+    }
+    /// `acc += x · Wᵀ (+ bias)`: an output projection added into the
+    /// residual stream ([`Backend::linear`], then [`Backend::add`]; one
+    /// pass where the backend can).
+    fn linear_add(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        acc: &mut Self::Tensor,
+    ) {
+        let (rows, cols) = self.shape(acc);
+        let mut y = self.tensor(rows, cols);
+        self.linear(x, w, bias, &mut y);
+        self.add(acc, &y);
     }
     /// `out = act(gate) * up`.
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation, out: &mut Self::Tensor);

@@ -29,6 +29,12 @@
 // end to end, each segment padded to a multiple of the rows a warp takes,
 // so small matrices share the GPU instead of each leaving it half idle.
 // `scales` is only read by the grouped formats; a null bias is none.
+// The last fields say what a launch does around its product (one row of x,
+// one job; src/linear.rs decides where): with `norm` non-null, x is read
+// through an RMSNorm with those weights (dtype norm_dt) and eps, and block
+// (0, 0) also writes the normed row to `normed` when that is non-null; with
+// `accumulate`, each output adds the product to what it holds (a residual
+// add) instead of being overwritten.
 // Must match `GemvSegs` in src/linear.rs.
 struct GemvSegs {
     const void* w[GEMV_MAX_SEGS];
@@ -37,7 +43,62 @@ struct GemvSegs {
     float* out[GEMV_MAX_SEGS];
     u32 m[GEMV_MAX_SEGS];
     u32 count;
+    const void* norm;
+    float* normed;
+    int norm_dt;
+    float eps;
+    u32 accumulate;
 };
+
+// Eight consecutive weights from index i (a multiple of 8) in one or two
+// 16-byte loads, widened to f32.
+__device__ __forceinline__ void load_w8(const void* w, int dt, u64 i, float* o) {
+    if (dt == DT_F32) {
+        const float4 a = ((const float4*)w)[i / 4], b = ((const float4*)w)[i / 4 + 1];
+        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+        o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+        return;
+    }
+    const uint4 r = ((const uint4*)w)[i / 8];
+    const u32 q[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (dt == DT_BF16) {
+            o[2 * j] = __uint_as_float(q[j] << 16);
+            o[2 * j + 1] = __uint_as_float(q[j] & 0xffff0000u);
+        } else {
+            o[2 * j] = f16_to_f32((u16)(q[j] & 0xffffu));
+            o[2 * j + 1] = f16_to_f32((u16)(q[j] >> 16));
+        }
+    }
+}
+
+// The fused RMSNorm's factor r = 1 / sqrt(mean(x²) + eps), from each
+// thread's part of Σ x² (norm.cu's formula; the sum's order differs, so
+// results match its up to rounding), and block (0, 0)'s copy of the normed
+// row w · (x · r) (norm.cu's order) where the launch asks for it. Every
+// thread of the block takes part (block_sum synchronises).
+__device__ __forceinline__ float fused_norm_factor(const GemvSegs& sg, float ss, u32 k,
+                                                   const float* x) {
+    const float r = 1.0f / sqrtf(block_sum(ss) / (float)k + sg.eps);
+    if (sg.normed && blockIdx.x == 0 && blockIdx.y == 0) {
+        for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
+            sg.normed[i] = load_w(sg.norm, sg.norm_dt, i) * (x[i] * r);
+        }
+    }
+    return r;
+}
+
+// What the row's first lane writes for a product s (the row's sum before
+// the norm factor r; 1 without a fused norm): out = s · r + bias, plus what
+// out held with `accumulate`, in that order (the CPU's linear, then add).
+__device__ __forceinline__ void store_out(float* out, float s, float r, const void* bias,
+                                          int bias_dt, u64 bias_at, bool accumulate) {
+    float v = s * r;
+    if (bias) v += load_w(bias, bias_dt, bias_at);
+    if (accumulate) v += *out;
+    *out = v;
+}
 
 // arr[i] for i < GEMV_MAX_SEGS with constant indices only: indexing the
 // by-value parameter struct with a variable would copy it to local memory.
@@ -141,14 +202,15 @@ struct GemvRow {
     bool valid;
 };
 
-__device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr) {
+// `vb`: the block of work (blockIdx.y, or a persistent block's turn).
+__device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr, u32 vb) {
     GemvRow g;
     const u32 warp = threadIdx.x >> 5;
     g.lane = threadIdx.x & 31u;
     g.wpr = wpr;
     g.part = warp % wpr;
     u32 seg = 0, r = 0;
-    g.valid = seg_of(sg, blockIdx.y * ((blockDim.x >> 5) / wpr) + warp / wpr, 1, seg, r);
+    g.valid = seg_of(sg, vb * ((blockDim.x >> 5) / wpr) + warp / wpr, 1, seg, r);
     g.r = r;
     g.m = pick(sg.m, seg);
     g.w = pick(sg.w, seg);
@@ -161,7 +223,7 @@ __device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr) {
 // order) and writes them (with the bias) from the row's first lane.
 template <int NX>
 __device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 job, u32 nx,
-                                           const GemvRow& g) {
+                                           const GemvRow& g, float r, bool accumulate) {
     float* out = g.out;
     const void* bias = g.bias;
     const u32 m = g.m;
@@ -188,35 +250,20 @@ __device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 j
 #pragma unroll
     for (u32 t = 0; t < NX; t++) {
         if (t < nx) {
-            float s = acc[t];
-            if (bias) s += load_w(bias, bias_dt, e * m + g.r);
-            out[((u64)job * nx + t) * m + g.r] = s;
+            store_out(&out[((u64)job * nx + t) * m + g.r], acc[t], r, bias, bias_dt, e * m + g.r,
+                      accumulate);
         }
     }
 }
 
+// One block of work of gemv_dense: the row (or its W-th part) of warp
+// `g`, every row of x at `xb` (global or shared memory).
 template <int NX, int DT>
-__device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, int bias_dt,
-                                           const int* experts, u32 nx, u32 x_div, u32 k,
-                                           u32 wpr) {
-    const GemvRow g = gemv_row(sg, wpr);
-    // Weights do not depend on the previous kernel: ask L2 for this lane's
-    // first U chunks before waiting for it (programmatic dependent launch),
-    // unless experts (which it writes) pick the rows.
-    if (experts == nullptr && g.valid && (k & 7u) == 0) {
-#pragma unroll
-        for (int u = 0; u < Wt<DT>::UNROLL; u++) {
-            const u32 c = (g.part * 32 + g.lane) * 8 + u * 256 * wpr;
-            if (c < k) prefetch_l2((const u8*)g.w + ((u64)g.r * k + c) * Wt<DT>::SIZE);
-        }
-    }
-    pdl_enter();
+__device__ __forceinline__ void gemv_dense_rows(const GemvRow& g, const float* xb, u64 e, u32 nx,
+                                                u32 k, u32 wpr, int bias_dt, u32 job, float r,
+                                                bool accumulate) {
     const void* w = g.w;
-    const u32 m = g.m;
-    const u32 job = blockIdx.x;
-    const u64 e = experts ? (u64)experts[job] : 0;
-    const u64 wrow = (e * m + (g.valid ? g.r : 0)) * k;
-    const float* xb = x + (u64)(job / x_div) * nx * k;
+    const u64 wrow = (e * g.m + (g.valid ? g.r : 0)) * k;
     float acc[NX];
 #pragma unroll
     for (int t = 0; t < NX; t++) acc[t] = 0.0f;
@@ -274,7 +321,67 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
             }
         }
     }
-    gemv_store<NX>(acc, bias_dt, e, job, nx, g);
+    gemv_store<NX>(acc, bias_dt, e, job, nx, g, r, accumulate);
+}
+
+template <int NX, int DT>
+__device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, int bias_dt,
+                                           const int* experts, u32 nx, u32 x_div, u32 k,
+                                           u32 wpr) {
+    // Weights do not depend on the previous kernel: ask L2 for this lane's
+    // first U chunks before waiting for it (programmatic dependent launch),
+    // unless experts (which it writes) pick the rows.
+    {
+        const GemvRow g = gemv_row(sg, wpr, blockIdx.y);
+        if (experts == nullptr && g.valid && (k & 7u) == 0) {
+#pragma unroll
+            for (int u = 0; u < Wt<DT>::UNROLL; u++) {
+                const u32 c = (g.part * 32 + g.lane) * 8 + u * 256 * wpr;
+                if (c < k) prefetch_l2((const u8*)g.w + ((u64)g.r * k + c) * Wt<DT>::SIZE);
+            }
+        }
+    }
+    pdl_enter();
+    const u32 job = blockIdx.x;
+    const u64 e = experts ? (u64)experts[job] : 0;
+    const float* xb = x + (u64)(job / x_div) * nx * k;
+    // A fused norm (one row of x, k a multiple of 8): the block stages
+    // w_norm · x in shared memory (dynamic, k floats) once and reads x
+    // from there; each row's sum is scaled by r when stored. Such a launch
+    // is persistent (src/linear.rs sizes its grid to the resident blocks):
+    // each block takes blocks of work blockIdx.y, + gridDim.y, ..., so the
+    // staging is paid once a block, not once per 8 rows.
+    float r = 1.0f;
+    if (sg.norm) {
+        extern __shared__ uint4 shared_x[];
+        float* xs = (float*)shared_x;
+        float ss = 0.0f;
+        for (u32 c = threadIdx.x; c < k / 8; c += blockDim.x) {
+            const float4 a = ((const float4*)xb)[2 * c], b = ((const float4*)xb)[2 * c + 1];
+            const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            float nw[8];
+            load_w8(sg.norm, sg.norm_dt, 8 * c, nw);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                ss += v[i] * v[i];
+                xs[8 * c + i] = nw[i] * v[i];
+            }
+        }
+        r = fused_norm_factor(sg, ss, k, xb);
+        xb = xs;
+    }
+    u32 rows = 0;
+#pragma unroll
+    for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
+        if (i < sg.count) rows += pick(sg.m, i);
+    }
+    const u32 per_block = (blockDim.x >> 5) / wpr;
+    const u32 work = (rows + per_block - 1) / per_block;
+    for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
+        const GemvRow g = gemv_row(sg, wpr, vb);
+        gemv_dense_rows<NX, DT>(g, xb, e, nx, k, wpr, bias_dt, job, r, sg.accumulate != 0);
+        if (wpr > 1) __syncthreads();  // the next turn rewrites gemv_store's exchange
+    }
 }
 
 #define GEMV_ARGS \
@@ -565,7 +672,7 @@ __device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, 
 // warp order, and stores them (with the bias) from the quad's first lane.
 template <int NX>
 __device__ __forceinline__ void grouped_store(float (*acc)[NX], const Quad& d, int bias_dt,
-                                              u32 nx, u32 wpr) {
+                                              u32 nx, u32 wpr, float r, bool accumulate) {
     __shared__ float part_sum[8][GR][NX];
 #pragma unroll
     for (int i = 0; i < GR; i++) {
@@ -597,14 +704,13 @@ __device__ __forceinline__ void grouped_store(float (*acc)[NX], const Quad& d, i
     const u32 job = blockIdx.x;
 #pragma unroll
     for (int i = 0; i < GR; i++) {
-        const u32 r = d.r0 + i;
-        if (r >= d.m) break;
+        const u32 row = d.r0 + i;
+        if (row >= d.m) break;
 #pragma unroll
         for (u32 t = 0; t < NX; t++) {
             if (t < nx) {
-                float v = acc[i][t];
-                if (d.bias) v += load_w(d.bias, bias_dt, d.e * d.m + r);
-                d.out[((u64)job * nx + t) * d.m + r] = v;
+                store_out(&d.out[((u64)job * nx + t) * d.m + row], acc[i][t], r, d.bias, bias_dt,
+                          d.e * d.m + row, accumulate);
             }
         }
     }
@@ -657,7 +763,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
             grouped_step<NX, F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
         }
     }
-    grouped_store<NX>(acc, d, bias_dt, nx, wpr);
+    grouped_store<NX>(acc, d, bias_dt, nx, wpr, 1.0f, sg.accumulate != 0);
 }
 
 // The E2M1 lookup needs more registers: three blocks per SM.
@@ -722,10 +828,14 @@ __device__ __forceinline__ void pack_x(uint4& o, const int* n) {
 
 // Rounds one k-wide f32 row to codes and steps (see above); every thread
 // of the block takes part. A thread takes 8 values, four threads a group
-// (so the group max is two shuffles).
+// (so the group max is two shuffles). With a fused norm (`norm` non-null)
+// it rounds w_norm · x instead and returns this thread's part of Σ x²: the
+// norm's factor r is common to every value, so the codes are the same and
+// r scales the row's sum when it is stored.
 template <class F>
-__device__ __forceinline__ void quantize_x(const float* xr, u32 k, typename F::XWord* xq,
-                                           float* xd) {
+__device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::XWord* xq,
+                                            float* xd, const void* norm, int norm_dt) {
+    float ss = 0.0f;
     const u32 chunks = k / 8;  // a multiple of 4: whole groups per 4 lanes
     // QC chunks a thread are loaded before any is rounded: a wide row (the
     // down projection's 14,336 values) then takes two round trips to L2,
@@ -746,8 +856,16 @@ __device__ __forceinline__ void quantize_x(const float* xr, u32 k, typename F::X
 #pragma unroll
         for (int r = 0; r < QC; r++) {
             const u32 c = base + r * blockDim.x + threadIdx.x;
-            const float v[8] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w,
-                                hi[r].x, hi[r].y, hi[r].z, hi[r].w};
+            float v[8] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w, hi[r].x, hi[r].y, hi[r].z, hi[r].w};
+            if (norm && c < chunks) {
+                float nw[8];
+                load_w8(norm, norm_dt, 8 * c, nw);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    ss += v[i] * v[i];
+                    v[i] *= nw[i];
+                }
+            }
             float amax = 0.0f;
 #pragma unroll
             for (int i = 0; i < 8; i++) amax = max_nan(amax, fabsf(v[i]));
@@ -767,6 +885,7 @@ __device__ __forceinline__ void quantize_x(const float* xr, u32 k, typename F::X
             if ((c & 3u) == 0) xd[c / 4] = amax * (1.0f / (float)F::X_MAX);
         }
     }
+    return ss;
 }
 
 // A lane's group in each of the GR rows, raw: codes and scales.
@@ -819,7 +938,10 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         }
     }
     pdl_enter();
-    quantize_x<F>(x + (u64)(blockIdx.x / x_div) * k, k, xq, xd);
+    const float* xr = x + (u64)(blockIdx.x / x_div) * k;
+    const float ss = quantize_x<F>(xr, k, xq, xd, sg.norm, sg.norm_dt);
+    float r = 1.0f;
+    if (sg.norm) r = fused_norm_factor(sg, ss, k, xr);
     __syncthreads();
     // Persistent: this block takes blocks of work blockIdx.y, + gridDim.y,
     // ... of the job, reusing the rounded x (the same count for every warp
@@ -883,7 +1005,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
                 }
             }
         }
-        grouped_store<1>(acc, d, bias_dt, 1, wpr);
+        grouped_store<1>(acc, d, bias_dt, 1, wpr, r, sg.accumulate != 0);
         if (wpr > 1) __syncthreads();  // the next turn rewrites part_sum
     }
 }

@@ -11,10 +11,9 @@
 
 #define NORM_HELD 8
 
-// out = rms_norm(x (+ y)) for the block's group; with `y`, x += y is
-// stored back (the residual add fused with the norm that reads it).
-__device__ __forceinline__ void norm_group(float* out, float* x, const float* y, const void* w,
-                                           int dt, u32 d, float eps) {
+// out = rms_norm(x) for the block's group.
+__device__ __forceinline__ void norm_group(float* out, const float* x, const void* w, int dt,
+                                           u32 d, float eps) {
     const u64 base = (u64)blockIdx.x * d;
     const u32 t = threadIdx.x, bd = blockDim.x;
     float wv[NORM_HELD];
@@ -30,25 +29,11 @@ __device__ __forceinline__ void norm_group(float* out, float* x, const float* y,
     for (int j = 0; j < NORM_HELD; j++) {
         const u32 i = t + j * bd;
         held[j] = 0.0f;
-        if (i < d) {
-            float v = x[base + i];
-            if (y) {
-                v += y[base + i];
-                x[base + i] = v;
-            }
-            held[j] = v;
-        }
+        if (i < d) held[j] = x[base + i];
     }
 #pragma unroll
     for (int j = 0; j < NORM_HELD; j++) ss += held[j] * held[j];
-    for (u32 i = t + NORM_HELD * bd; i < d; i += bd) {
-        float v = x[base + i];
-        if (y) {
-            v += y[base + i];
-            x[base + i] = v;
-        }
-        ss += v * v;
-    }
+    for (u32 i = t + NORM_HELD * bd; i < d; i += bd) ss += x[base + i] * x[base + i];
     ss = block_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)d + eps);
 #pragma unroll
@@ -61,13 +46,10 @@ __device__ __forceinline__ void norm_group(float* out, float* x, const float* y,
     }
 }
 
+// The residual adds live in the GEMVs that produce them (gemv.cu), and a
+// decode row's norm usually in the GEMV that reads it; this kernel serves
+// the rest (prefill, per-head norms, Gemma's post-norms).
 extern "C" __global__ void rms_norm(float* out, const float* x, const void* w, int dt, u32 d,
                                     float eps) {
-    // x is only read when y is null. (norm_group calls pdl_enter.)
-    norm_group(out, (float*)x, nullptr, w, dt, d, eps);
-}
-
-extern "C" __global__ void add_rms_norm(float* out, float* x, const float* y, const void* w,
-                                        int dt, u32 d, float eps) {
-    norm_group(out, x, y, w, dt, d, eps);  // calls pdl_enter
+    norm_group(out, x, w, dt, d, eps);  // calls pdl_enter
 }

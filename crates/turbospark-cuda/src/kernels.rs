@@ -71,7 +71,7 @@ macro_rules! kernels {
 
 kernels! {
     "elementwise.cu" => [embed, add_inplace, scale_inplace, softcap_inplace, glu, add_bias],
-    "norm.cu" => [rms_norm, add_rms_norm],
+    "norm.cu" => [rms_norm],
     "rope_kv.cu" => [rope_kv_write],
     "gemv.cu" => [
         gemv_f32, gemv_bf16, gemv_f16, gemv_mxfp4, gemv_q8, gemv_q4,

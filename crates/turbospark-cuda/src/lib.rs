@@ -490,15 +490,26 @@ impl Backend for Cuda {
         ops::add(self, x, y);
     }
 
-    fn add_rms_norm(
+    fn rms_norm_linears(
         &self,
-        x: &mut CudaTensor,
-        y: &CudaTensor,
+        x: &CudaTensor,
         w: &CudaWeight,
         eps: f32,
-        out: &mut CudaTensor,
+        parts: &[(&CudaWeight, Option<&CudaWeight>)],
+        outs: &mut [&mut CudaTensor],
+        normed: Option<&mut CudaTensor>,
     ) {
-        ops::add_rms_norm(self, x, y, w, eps, out);
+        linear::rms_norm_linears(self, x, w, eps, parts, outs, normed);
+    }
+
+    fn linear_add(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        acc: &mut CudaTensor,
+    ) {
+        linear::linear_add(self, x, w, bias, acc);
     }
 
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation, out: &mut CudaTensor) {

@@ -36,7 +36,7 @@ use cudarc::cublas::result::gemm_ex;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::CudaSlice;
 
-use turbospark_backend::Quant;
+use turbospark_backend::{Backend, Quant};
 
 use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::weight::{CudaWeight, Dense, WeightData};
@@ -126,11 +126,142 @@ pub fn linear(
             .memset_zeros(&mut out.data)
             .unwrap_or_else(|e| panic!("CUDA: {e}"));
     } else {
-        gemm(be, x, w, out);
+        gemm(be, x, w, out, 0.0);
     }
     if let Some(b) = bias {
         ops::add_bias(be, out, b);
     }
+}
+
+/// `acc += x · Wᵀ (+ bias)`: the GEMV adds into `acc` as it stores (decode),
+/// the GEMM with beta = 1 (prefill).
+pub fn linear_add(
+    be: &Cuda,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    bias: Option<&CudaWeight>,
+    acc: &mut CudaTensor,
+) {
+    let (n, k, m) = (x.rows, w.cols(), w.rows());
+    assert_eq!(
+        x.cols, k,
+        "linear_add: x is [{n}, {}], W is [{m}, {k}]",
+        x.cols
+    );
+    assert_eq!(
+        (acc.rows, acc.cols),
+        (n, m),
+        "linear_add: acc is not [{n}, {m}]"
+    );
+    if n == 0 || m == 0 {
+        return;
+    }
+    if n < GEMM_MIN_ROWS {
+        let segs = [(w, bias, be.ptr(&acc.data), m as u32)];
+        let edges = GemvEdges {
+            accumulate: true,
+            ..GemvEdges::default()
+        };
+        return launch_gemv(be, &segs, &x_job(be, x), &edges);
+    }
+    if k > 0 {
+        gemm(be, x, w, acc, 1.0);
+    }
+    if let Some(b) = bias {
+        ops::add_bias(be, acc, b);
+    }
+}
+
+/// `outs[i] = rms_norm(x) · Wᵢᵀ (+ biasᵢ)`, and the normed rows into
+/// `normed` when given. One row of x whose weights share a kernel that
+/// can read x through the norm (the dense and integer-activation GEMVs,
+/// with x staged in shared memory): one launch, the norm computed by each
+/// block as it reads x. Otherwise the norm kernel, then [`linears`].
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_linears(
+    be: &Cuda,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    eps: f32,
+    parts: &[(&CudaWeight, Option<&CudaWeight>)],
+    outs: &mut [&mut CudaTensor],
+    normed: Option<&mut CudaTensor>,
+) {
+    assert_eq!(parts.len(), outs.len(), "linears: one output per weight");
+    assert_eq!(w.numel(), x.cols, "rms_norm: weights for another width");
+    if let Some(t) = normed.as_deref() {
+        assert_eq!(
+            (t.rows, t.cols),
+            (x.rows, x.cols),
+            "rms_norm: out differs from x"
+        );
+    }
+    let fused = x.rows == 1
+        && fusable(x, parts, outs)
+        && norm_prologue(be, &parts[0].0.data, x.cols as u32);
+    if !fused {
+        let mut own = None;
+        let normed = match normed {
+            Some(t) => t,
+            None => own.insert(be.tensor(x.rows, x.cols)),
+        };
+        ops::rms_norm(be, x, w, eps, normed);
+        return linears(be, normed, parts, outs);
+    }
+    let edges = GemvEdges {
+        norm: Some((w, eps)),
+        normed: normed.map_or(0, |t| be.ptr(&t.data)),
+        accumulate: false,
+    };
+    gemv_segments(be, x, parts, outs, &edges);
+}
+
+/// The GEMV job of a plain linear: every row of `x` times each matrix.
+fn x_job(be: &Cuda, x: &CudaTensor) -> GemvJob {
+    GemvJob {
+        x: be.ptr(&x.data),
+        experts: 0,
+        jobs: 1,
+        nx: x.rows as u32,
+        x_div: 1,
+        k: x.cols as u32,
+    }
+}
+
+/// Whether `parts` can share one GEMV launch on `x` into `outs`.
+fn fusable(
+    x: &CudaTensor,
+    parts: &[(&CudaWeight, Option<&CudaWeight>)],
+    outs: &[&mut CudaTensor],
+) -> bool {
+    x.rows > 0
+        && x.rows < GEMM_MIN_ROWS
+        && !parts.is_empty()
+        && parts.len() <= MAX_SEGS
+        && parts.iter().zip(outs.iter()).all(|(&(w, _), o)| {
+            same_gemv_kernel(parts[0].0, w)
+                && w.cols() == x.cols
+                && w.rows() > 0
+                && (o.rows, o.cols) == (x.rows, w.rows())
+        })
+}
+
+/// Whether one-row GEMVs of format `w` with rows of `k` values can read x
+/// through a fused norm: the integer-activation kernels (which round x in
+/// shared memory anyway), and the dense ones where x (k f32) fits in shared
+/// memory and is whole 8-value chunks.
+fn norm_prologue(be: &Cuda, w: &WeightData, k: u32) -> bool {
+    match w {
+        WeightData::Dense { .. } => k.is_multiple_of(8) && k * 4 <= MAX_DYNAMIC_SHARED,
+        _ => qx_path(be, w, k),
+    }
+}
+
+/// Whether one-row GEMVs of grouped format `w` take the integer-activation
+/// kernels (kernels/gemv.cu): unless f32-level results are asked for, and
+/// while the rounded x fits in shared memory.
+fn qx_path(be: &Cuda, w: &WeightData, k: u32) -> bool {
+    be.precision() == Precision::Bf16 && grouped_qx_shared(w, k) <= MAX_DYNAMIC_SHARED
 }
 
 /// `outs[i] = x · Wᵢᵀ (+ biasᵢ)`: one GEMV launch for decode when the
@@ -142,17 +273,9 @@ pub fn linears(
     outs: &mut [&mut CudaTensor],
 ) {
     assert_eq!(parts.len(), outs.len(), "linears: one output per weight");
-    let fused = x.rows > 0
-        && x.rows < GEMM_MIN_ROWS
-        && parts.len() <= MAX_SEGS
-        && parts.iter().zip(outs.iter()).all(|(&(w, _), o)| {
-            same_gemv_kernel(parts[0].0, w)
-                && w.cols() == x.cols
-                && w.rows() > 0
-                && (o.rows, o.cols) == (x.rows, w.rows())
-        });
+    let fused = fusable(x, parts, outs);
     if fused {
-        gemv_segments(be, x, parts, outs);
+        gemv_segments(be, x, parts, outs, &GemvEdges::default());
     } else {
         for (&(w, bias), out) in parts.iter().zip(outs.iter_mut()) {
             linear(be, x, w, bias, out);
@@ -164,32 +287,25 @@ pub fn linears(
 /// job (an expert's rows when the job picks experts); the bias (dense, one
 /// value per row of W, per expert) is added in the kernel.
 pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, out: u64, m: u32, j: &GemvJob) {
-    launch_gemv(be, &[(w, bias, out, m)], j);
+    launch_gemv(be, &[(w, bias, out, m)], j, &GemvEdges::default());
 }
 
 /// One GEMV launch for several matrices of one format and input width
 /// (`GemvSegs` in kernels/gemv.cu): `x` `[nx, k]` times each `w`, plus its
 /// bias, into its `out` `[nx, w.rows()]`.
-pub fn gemv_segments(
+fn gemv_segments(
     be: &Cuda,
     x: &CudaTensor,
     parts: &[(&CudaWeight, Option<&CudaWeight>)],
     outs: &mut [&mut CudaTensor],
+    edges: &GemvEdges,
 ) {
     let segs: Vec<_> = parts
         .iter()
         .zip(outs.iter())
         .map(|(&(w, b), out)| (w, b, be.ptr(&out.data), w.rows() as u32))
         .collect();
-    let job = GemvJob {
-        x: be.ptr(&x.data),
-        experts: 0,
-        jobs: 1,
-        nx: x.rows as u32,
-        x_div: 1,
-        k: x.cols as u32,
-    };
-    launch_gemv(be, &segs, &job);
+    launch_gemv(be, &segs, &x_job(be, x), edges);
 }
 
 /// Whether `a` and `b` take the same GEMV kernel (one launch can hold
@@ -213,13 +329,35 @@ pub struct GemvSegs {
     out: [u64; MAX_SEGS],
     m: [u32; MAX_SEGS],
     count: u32,
+    norm: u64,
+    normed: u64,
+    norm_dt: i32,
+    eps: f32,
+    accumulate: u32,
+}
+
+/// What a GEMV launch does around its product (the last fields of
+/// `GemvSegs`; one row of x and one job only): read x through an RMSNorm
+/// (its weights and eps), also writing the normed row to `normed` (a device
+/// address, 0 for none), and add into the outputs instead of overwriting
+/// them.
+#[derive(Default)]
+pub struct GemvEdges<'a> {
+    pub norm: Option<(&'a CudaWeight, f32)>,
+    pub normed: u64,
+    pub accumulate: bool,
 }
 
 /// Most matrices one GEMV launch holds (`GEMV_MAX_SEGS`).
 pub const MAX_SEGS: usize = 3;
 
 /// `segs`: (weight, bias, output address, rows per job) of the same kernel.
-fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)], j: &GemvJob) {
+fn launch_gemv(
+    be: &Cuda,
+    segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
+    j: &GemvJob,
+    edges: &GemvEdges,
+) {
     assert!(
         j.nx as usize <= 4 && j.nx > 0,
         "gemv: {} rows of x per job",
@@ -270,8 +408,21 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
     // the grouped formats' take integer activations unless f32-level
     // results are asked for (kernels/gemv.cu).
     let one = j.nx == 1;
-    let qx_shared = grouped_qx_shared(&w0.data, j.k);
-    let qx = grouped && one && be.precision() == Precision::Bf16 && qx_shared <= MAX_DYNAMIC_SHARED;
+    let qx = grouped && one && qx_path(be, &w0.data, j.k);
+    if let Some((norm, eps)) = edges.norm {
+        assert!(
+            one && j.jobs == 1 && norm_prologue(be, &w0.data, j.k),
+            "gemv: a fused norm needs one row of x and a kernel that reads it so"
+        );
+        assert_eq!(
+            norm.numel(),
+            j.k as usize,
+            "gemv: norm weights for another width"
+        );
+        let (ptr, dt) = norm.dense_ptr(be, "norm");
+        (table.norm, table.norm_dt, table.eps, table.normed) = (ptr, dt, eps, edges.normed);
+    }
+    table.accumulate = edges.accumulate.into();
     let mut wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
     if qx {
         wpr = wpr.min(qx_warps_cap(j.k));
@@ -311,14 +462,23 @@ fn launch_gemv(be: &Cuda, segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
         Arg::U32(wpr),
     ];
     let threads = 32 * GEMV_WARPS_PER_BLOCK;
-    if qx {
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(threads, qx_shared as usize, None)
-            .unwrap_or_else(|e| panic!("CUDA: occupancy query: {e}"));
-        let grid_y = persistent_blocks(blocks, j.jobs, per_sm.max(1) * be.sm_count);
-        be.launch_shared(f, (j.jobs, grid_y, 1), threads, qx_shared, &args);
-    } else {
-        be.launch(f, (j.jobs, blocks, 1), threads, &args);
+    // The integer-activation kernels round x into shared memory, and dense
+    // ones with a fused norm stage w_norm · x (k f32) there; both then run
+    // persistent, so each block prepares x once.
+    let shared = match (qx, edges.norm.is_some()) {
+        (true, _) => Some(grouped_qx_shared(&w0.data, j.k)),
+        (false, true) => Some(4 * j.k),
+        (false, false) => None,
+    };
+    match shared {
+        Some(shared) => {
+            let per_sm = f
+                .occupancy_max_active_blocks_per_multiprocessor(threads, shared as usize, None)
+                .unwrap_or_else(|e| panic!("CUDA: occupancy query: {e}"));
+            let grid_y = persistent_blocks(blocks, j.jobs, per_sm.max(1) * be.sm_count);
+            be.launch_shared(f, (j.jobs, grid_y, 1), threads, shared, &args);
+        }
+        None => be.launch(f, (j.jobs, blocks, 1), threads, &args),
     }
 }
 
@@ -557,13 +717,14 @@ fn gemm_rows_beta(
 
 /// `out = x · Wᵀ` for all of W: x converted to [`XType::of`]`(w)`, then
 /// [`gemm_rows`].
-fn gemm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
+/// `out = x · Wᵀ + beta · out`.
+fn gemm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor, beta: f32) {
     let (n, m) = (x.rows, w.rows());
     let scratch = weight_scratch(be, w, m);
     let scratch = scratch.as_ref();
     let out = be.ptr(&out.data);
     match XType::of(w) {
-        XType::F32 => gemm_rows(be, be.ptr(&x.data), n, w, 0, m, out, scratch),
+        XType::F32 => gemm_rows_beta(be, be.ptr(&x.data), n, w, 0, m, out, scratch, beta),
         XType::Bf16 if be.precision() == Precision::F32 => {
             // x = hi + lo, both bf16: 16 significand bits of x, f32-level
             // products at twice the cost (the weights are bf16-exact).
@@ -577,7 +738,7 @@ fn gemm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
                 Arg::U64(nk),
             ];
             be.launch(&be.k.split_bf16, grid_for(nk), BLOCK, &args);
-            gemm_rows(be, be.ptr(&hi), n, w, 0, m, out, scratch);
+            gemm_rows_beta(be, be.ptr(&hi), n, w, 0, m, out, scratch, beta);
             gemm_rows_beta(be, be.ptr(&lo), n, w, 0, m, out, scratch, 1.0);
         }
         XType::Bf16 => {
@@ -589,7 +750,7 @@ fn gemm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, out: &mut CudaTensor) {
                 Arg::U64(nk),
             ];
             be.launch(&be.k.to_bf16, grid_for(nk.div_ceil(4)), BLOCK, &args);
-            gemm_rows(be, be.ptr(&xb), n, w, 0, m, out, scratch);
+            gemm_rows_beta(be, be.ptr(&xb), n, w, 0, m, out, scratch, beta);
         }
     }
 }

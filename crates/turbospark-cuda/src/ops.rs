@@ -44,36 +44,8 @@ pub fn embed(be: &Cuda, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTen
     );
 }
 
+/// RMSNorm of x's groups of `w.len()`.
 pub fn rms_norm(be: &Cuda, x: &CudaTensor, w: &CudaWeight, eps: f32, out: &mut CudaTensor) {
-    norm(be, None, x, w, eps, out);
-}
-
-/// `x += y; out = rms_norm(x)` in one kernel.
-pub fn add_rms_norm(
-    be: &Cuda,
-    x: &mut CudaTensor,
-    y: &CudaTensor,
-    w: &CudaWeight,
-    eps: f32,
-    out: &mut CudaTensor,
-) {
-    assert_eq!(
-        (x.rows, x.cols),
-        (y.rows, y.cols),
-        "add_rms_norm: shapes differ"
-    );
-    norm(be, Some(y), x, w, eps, out);
-}
-
-/// RMSNorm of x's groups of `w.len()`, after adding `y` into x if given.
-fn norm(
-    be: &Cuda,
-    y: Option<&CudaTensor>,
-    x: &CudaTensor,
-    w: &CudaWeight,
-    eps: f32,
-    out: &mut CudaTensor,
-) {
     let d = w.numel();
     assert_eq!(
         (x.rows, x.cols),
@@ -93,21 +65,15 @@ fn norm(
     // About four values a thread: a warp for a head-sized group, up to
     // 1024 threads for a hidden-sized one.
     let threads = (d.div_ceil(4).next_multiple_of(32)).clamp(32, 1024) as u32;
-    let mut args = vec![Arg::Ptr(be.ptr(&out.data)), Arg::Ptr(be.ptr(&x.data))];
-    let f = match y {
-        Some(y) => {
-            args.push(Arg::Ptr(be.ptr(&y.data)));
-            &be.k.add_rms_norm
-        }
-        None => &be.k.rms_norm,
-    };
-    args.extend([
+    let args = [
+        Arg::Ptr(be.ptr(&out.data)),
+        Arg::Ptr(be.ptr(&x.data)),
         Arg::Ptr(wp),
         Arg::I32(dt),
         Arg::U32(d as u32),
         Arg::F32(eps),
-    ]);
-    be.launch(f, (groups as u32, 1, 1), threads, &args);
+    ];
+    be.launch(&be.k.rms_norm, (groups as u32, 1, 1), threads, &args);
 }
 
 pub fn add(be: &Cuda, x: &mut CudaTensor, y: &CudaTensor) {

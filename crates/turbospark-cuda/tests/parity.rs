@@ -189,33 +189,6 @@ fn rms_norm_over_rows_and_heads() {
     }
 }
 
-/// The residual add fused with the norm: x += y is stored, and the norm is
-/// of the sum. Widths cover the kernel's held values (d ≤ 8 · threads) and
-/// the re-read beyond them (d = 12288 with 1024 threads).
-#[test]
-fn add_rms_norm_adds_and_normalises() {
-    let Some(g) = gpu() else { return };
-    let mut rng = Rng(23);
-    for d in [7, 64, 2880, 4096, 12288] {
-        for rows in [1, 5] {
-            let (cw, gw) = weight(&g, &rng.vec(d, 2.0), &[d], DType::BF16);
-            let (mut cx, mut gx) = tensors(&g, &rng.vec(rows * d, 3.0), rows, d);
-            let (cy, gy) = tensors(&g, &rng.vec(rows * d, 3.0), rows, d);
-            let (mut c, mut o) = (Cpu.tensor(rows, d), g.tensor(rows, d));
-            Cpu.add_rms_norm(&mut cx, &cy, &cw, 1e-5, &mut c);
-            g.add_rms_norm(&mut gx, &gy, &gw, 1e-5, &mut o);
-            check(
-                &format!("add_rms_norm sum [{rows}, {d}]"),
-                &g,
-                &gx,
-                &cx,
-                F32_TOL,
-            );
-            check(&format!("add_rms_norm [{rows}, {d}]"), &g, &o, &c, F32_TOL);
-        }
-    }
-}
-
 #[test]
 fn elementwise_add_scale_softcap_glu() {
     let Some(g) = gpu() else { return };
@@ -353,6 +326,46 @@ fn linear_grouped_formats_in_both_regimes() {
     }
 }
 
+type Pair = (CpuWeight, CudaWeight);
+
+/// Weights `[m, k]` of format `fmt` (bf16, f32, mxfp4, int8, int4) for
+/// each m, and a bf16 bias for every part but the second.
+fn weight_set(
+    g: &Cuda,
+    rng: &mut Rng,
+    fmt: &str,
+    k: usize,
+    ms: &[usize],
+) -> (Vec<Pair>, Vec<Option<Pair>>) {
+    let ws = ms
+        .iter()
+        .map(|&m| match fmt {
+            "bf16" => weight(g, &rng.vec(m * k, 0.5), &[m, k], DType::BF16),
+            "f32" => weight(g, &rng.vec(m * k, 0.5), &[m, k], DType::F32),
+            "mxfp4" => mxfp4(g, rng, &[m], k),
+            "int8" => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int8),
+            _ => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int4),
+        })
+        .collect();
+    let biases = ms
+        .iter()
+        .enumerate()
+        .map(|(i, &m)| (i != 1).then(|| weight(g, &rng.vec(m, 1.0), &[m], DType::BF16)))
+        .collect();
+    (ws, biases)
+}
+
+/// The GPU side of a [`weight_set`], as `linears` takes it.
+fn gpu_parts<'a>(
+    ws: &'a [Pair],
+    biases: &'a [Option<Pair>],
+) -> Vec<(&'a CudaWeight, Option<&'a CudaWeight>)> {
+    ws.iter()
+        .zip(biases)
+        .map(|(w, b)| (&w.1, b.as_ref().map(|b| &b.1)))
+        .collect()
+}
+
 /// Several weights in one GEMV launch (`linears`: q/k/v, gate/up) give each
 /// weight its own product: segments of odd row counts (padded to a warp's
 /// rows), every format, biases on some parts, 1 and 3 rows of x; and large
@@ -363,26 +376,8 @@ fn linears_share_one_launch_per_format() {
     let mut rng = Rng(24);
     for (k, ms) in [(64, vec![37, 5, 12]), (2880, vec![4096, 512, 512])] {
         for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
-            let ws: Vec<_> = ms
-                .iter()
-                .map(|&m| match fmt {
-                    "bf16" => weight(&g, &rng.vec(m * k, 0.5), &[m, k], DType::BF16),
-                    "f32" => weight(&g, &rng.vec(m * k, 0.5), &[m, k], DType::F32),
-                    "mxfp4" => mxfp4(&g, &mut rng, &[m], k),
-                    "int8" => quantized(&g, &rng.vec(m * k, 0.5), [m, k], Quant::Int8),
-                    _ => quantized(&g, &rng.vec(m * k, 0.5), [m, k], Quant::Int4),
-                })
-                .collect();
-            let biases: Vec<_> = ms
-                .iter()
-                .enumerate()
-                .map(|(i, &m)| (i != 1).then(|| weight(&g, &rng.vec(m, 1.0), &[m], DType::BF16)))
-                .collect();
-            let parts: Vec<_> = ws
-                .iter()
-                .zip(&biases)
-                .map(|(w, b)| (&w.1, b.as_ref().map(|b| &b.1)))
-                .collect();
+            let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
+            let parts = gpu_parts(&ws, &biases);
             for n in [1, 3] {
                 let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
                 let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(n, m)).collect();
@@ -393,6 +388,102 @@ fn linears_share_one_launch_per_format() {
                     let what = format!("linears {fmt} k={k} part {i} of {ms:?} n={n}");
                     check(&what, &g, &outs[i], &c, gemv_tol(&g, &w.1, n));
                 }
+            }
+        }
+    }
+}
+
+/// A block's input norm and its first projections (`rms_norm_linears`):
+/// one row of x takes the fused GEMVs (dense: w_norm · x staged in shared
+/// memory; integer activations: w_norm · x rounded, the norm's factor
+/// applied to each sum), with and without the normed row written out
+/// (block (0, 0)'s copy); 3 rows and `Precision::F32`'s grouped formats
+/// take the norm kernel, then `linears`. x has rms 3 and the norm weights
+/// rms 2, so a missing norm, factor or weight is off by far more than the
+/// tolerances; widths 64, 2880 (gpt-oss) and 4096 (Llama); bf16 and f32
+/// norm weights.
+#[test]
+fn rms_norm_linears_reads_x_through_the_norm() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng(23);
+    for precision in [Precision::Bf16, Precision::F32] {
+        g.set_precision(precision);
+        for (k, ms) in [(64, vec![37, 5]), (2880, vec![512, 32]), (4096, vec![1024])] {
+            for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+                let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
+                let parts = gpu_parts(&ws, &biases);
+                // f32 norm weights are how Gemma's (1 + w) norms arrive.
+                let dt = if k == 2880 { DType::F32 } else { DType::BF16 };
+                let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], dt);
+                for (n, write_normed) in [(1, true), (1, false), (3, true)] {
+                    let (cx, gx) = tensors(&g, &rng.vec(n * k, 3.0), n, k);
+                    let mut normed = Cpu.tensor(n, k);
+                    Cpu.rms_norm(&cx, &cn, 1e-5, &mut normed);
+                    let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(n, m)).collect();
+                    let mut g_normed = g.tensor(n, k);
+                    g.rms_norm_linears(
+                        &gx,
+                        &gn,
+                        1e-5,
+                        &parts,
+                        &mut outs.iter_mut().collect::<Vec<_>>(),
+                        write_normed.then_some(&mut g_normed),
+                    );
+                    let what = format!("rms_norm_linears {fmt} {precision:?} k={k} n={n}");
+                    if write_normed {
+                        check(&format!("{what} normed"), &g, &g_normed, &normed, F32_TOL);
+                    }
+                    for (i, (w, b)) in ws.iter().zip(&biases).enumerate() {
+                        let mut c = Cpu.tensor(n, ms[i]);
+                        Cpu.linear(&normed, &w.0, b.as_ref().map(|b| &b.0), &mut c);
+                        let what = format!("{what} part {i} of {ms:?}");
+                        check(&what, &g, &outs[i], &c, gemv_tol(&g, &w.1, n));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An output projection into the residual stream (`linear_add`): the
+/// one-row and three-row GEMVs add into the accumulator as they store, the
+/// GEMM (5 and 64 rows) with beta = 1; biases included. What is checked is
+/// the change of the accumulator (rms 3 before) against the CPU's product,
+/// so the product's own error is what the tolerance bounds.
+#[test]
+fn linear_add_accumulates_the_product() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(26);
+    for (k, m) in [(64, 37), (2880, 512)] {
+        for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+            let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m]);
+            let (w, b) = (&ws[0], biases[0].as_ref());
+            for n in [1, 3, 5, 64] {
+                let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
+                let before = rng.vec(n * m, 3.0);
+                let (_, mut acc) = tensors(&g, &before, n, m);
+                g.linear_add(&gx, &w.1, b.map(|b| &b.1), &mut acc);
+                let delta: Vec<f32> = g
+                    .to_host(&acc)
+                    .iter()
+                    .zip(&before)
+                    .map(|(a, b)| a - b)
+                    .collect();
+                let (_, delta) = tensors(&g, &delta, n, m);
+                let mut c = Cpu.tensor(n, m);
+                Cpu.linear(&cx, &w.0, b.map(|b| &b.0), &mut c);
+                let tol = match (n < 4, XType::of(&w.1)) {
+                    (true, _) => gemv_tol(&g, &w.1, n),
+                    (false, XType::F32) => GEMM_F32_TOL,
+                    (false, XType::Bf16) => GEMM_BF16_TOL,
+                };
+                check(
+                    &format!("linear_add {fmt} k={k} m={m} n={n}"),
+                    &g,
+                    &delta,
+                    &c,
+                    tol,
+                );
             }
         }
     }

@@ -6,13 +6,16 @@
 //! the reverse order is a different function), per-head norm, rotate q and
 //! k, store k (rotated) and v (never rotated) (those three steps are one
 //! `Backend::rope_kv_write`, which a backend may fuse), attend (with
-//! per-head sink logits when the family has them), project out. Weight
-//! names follow the Llama convention `{prefix}.q_proj.weight`.
+//! per-head sink logits when the family has them), project out into the
+//! residual stream. The input norm and the residual add are
+//! `crate::layers::residual`'s. Weight names follow the Llama convention
+//! `{prefix}.q_proj.weight`.
 
 use turbospark_backend::{AttnParams, Backend, RopeTable};
 use turbospark_format::{AttnSpan, ModelSpec};
 
 use crate::error::Result;
+use crate::layers::residual::BlockNorms;
 use crate::loader::Loader;
 
 pub struct Attention<B: Backend> {
@@ -59,22 +62,25 @@ impl<B: Backend> Attention<B> {
         })
     }
 
-    /// `x` is the normed hidden state `[n, hidden]`; returns `[n, hidden]`.
+    /// `x += post(attention(rms_norm(x)))` for the residual stream `x`
+    /// `[n, hidden]`.
     pub fn forward(
         &self,
         be: &B,
-        x: &B::Tensor,
+        x: &mut B::Tensor,
+        norms: &BlockNorms<'_, B>,
         batch: &B::Batch,
         kv: &mut B::Kv,
         rope: &RopeTable,
-    ) -> B::Tensor {
+    ) {
         let n = be.shape(x).0;
         let p = &self.params;
         let (q_dim, kv_dim) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
         let mut q = be.tensor(n, q_dim);
         let mut k = be.tensor(n, kv_dim);
         let mut v = be.tensor(n, kv_dim);
-        be.linears(
+        norms.linears(
+            be,
             x,
             &[
                 (&self.q, self.q_bias.as_ref()),
@@ -82,6 +88,7 @@ impl<B: Backend> Attention<B> {
                 (&self.v, self.v_bias.as_ref()),
             ],
             &mut [&mut q, &mut k, &mut v],
+            None,
         );
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             let mut qo = be.tensor(n, q_dim);
@@ -93,8 +100,6 @@ impl<B: Backend> Attention<B> {
         be.rope_kv_write(&mut q, &mut k, &v, kv, p.head_dim, batch, rope);
         let mut attn = be.tensor(n, q_dim);
         be.attention(&q, kv, batch, p, self.sinks.as_ref(), &mut attn);
-        let mut out = be.tensor(n, be.shape(x).1);
-        be.linear(&attn, &self.o, self.o_bias.as_ref(), &mut out);
-        out
+        norms.project_into(be, &attn, &self.o, self.o_bias.as_ref(), x);
     }
 }

@@ -1,8 +1,8 @@
 //! The pre-norm decoder stack shared by every family: embedding (Gemma
 //! scales it), layers `h = x + post(attn(rmsnorm(x))); x = h +
 //! post(ffn(rmsnorm(h)))` where the `post` norms exist only in Gemma's
-//! sandwich layout, the final RMSNorm, the LM head and Gemma 2's final
-//! soft-cap. Families decide how the pieces are named and loaded (dense or
+//! sandwich layout (`crate::layers::residual` owns that wiring), the final
+//! RMSNorm, the LM head and Gemma 2's final soft-cap. Families decide how the pieces are named and loaded (dense or
 //! MoE feed-forward, which norms exist); the forward pass is written once,
 //! here. Sliding layers use the local RoPE table when the family has one.
 
@@ -15,6 +15,7 @@ use crate::kv_cache::KvCache;
 use crate::layers::attention::Attention;
 use crate::layers::mlp::GatedMlp;
 use crate::layers::moe::MoeBlock;
+use crate::layers::residual::BlockNorms;
 use crate::loader::Loader;
 use crate::rope::rope_table;
 
@@ -25,10 +26,10 @@ pub enum Ffn<B: Backend> {
 }
 
 impl<B: Backend> Ffn<B> {
-    fn forward(&self, be: &B, x: &B::Tensor) -> B::Tensor {
+    fn forward(&self, be: &B, x: &mut B::Tensor, norms: &BlockNorms<'_, B>) {
         match self {
-            Ffn::Dense(m) => m.forward(be, x),
-            Ffn::Moe(m) => m.forward(be, x),
+            Ffn::Dense(m) => m.forward(be, x, norms),
+            Ffn::Moe(m) => m.forward(be, x, norms),
         }
     }
 }
@@ -181,44 +182,36 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
             be.scale(&mut x, s);
         }
         let eps = spec.norm_eps;
-        let mut normed = be.tensor(n, h);
-        // A sandwich norm (Gemma) normalises a block's output before the
-        // residual add.
-        let post = |y: B::Tensor, w: Option<&B::Weight>| match w {
-            Some(w) => {
-                let mut o = be.tensor(n, h);
-                be.rms_norm(&y, w, eps, &mut o);
-                o
-            }
-            None => y,
-        };
-        // Each residual add is fused with the norm that reads its result
-        // (the next block's input norm); the last layer's add stands alone.
-        if let Some(first) = self.layers.first() {
-            be.rms_norm(&x, &first.attn_norm, eps, &mut normed);
-        }
         for (i, layer) in self.layers.iter().enumerate() {
             let rope = &self.ropes[layer.rope];
-            let a = layer
-                .attn
-                .forward(be, &normed, batch, cache.layer_mut(i), rope);
-            let a = post(a, layer.post_attn_norm.as_ref());
-            be.add_rms_norm(&mut x, &a, &layer.ffn_norm, eps, &mut normed);
-            let m = layer.ffn.forward(be, &normed);
-            let m = post(m, layer.post_ffn_norm.as_ref());
-            match self.layers.get(i + 1) {
-                Some(next) => be.add_rms_norm(&mut x, &m, &next.attn_norm, eps, &mut normed),
-                None => be.add(&mut x, &m),
-            }
+            let attn = BlockNorms {
+                pre: &layer.attn_norm,
+                post: layer.post_attn_norm.as_ref(),
+                eps,
+            };
+            let kv = cache.layer_mut(i);
+            layer.attn.forward(be, &mut x, &attn, batch, kv, rope);
+            let ffn = BlockNorms {
+                pre: &layer.ffn_norm,
+                post: layer.post_ffn_norm.as_ref(),
+                eps,
+            };
+            layer.ffn.forward(be, &mut x, &ffn);
         }
         cache.advance(n);
         let last = if all_logits { x } else { be.row(&x, n - 1) };
         let rows = be.shape(&last).0;
-        let mut normed = be.tensor(rows, h);
-        be.rms_norm(&last, &self.norm, spec.norm_eps, &mut normed);
         let mut logits = be.tensor(rows, spec.vocab_size);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        be.linear(&normed, head, None, &mut logits);
+        // The final norm and the LM head, as one operation.
+        be.rms_norm_linears(
+            &last,
+            &self.norm,
+            eps,
+            &[(head, None)],
+            &mut [&mut logits],
+            None,
+        );
         if let Some(cap) = spec.final_softcap {
             be.softcap(&mut logits, cap);
         }

@@ -1,11 +1,14 @@
 //! The gated MLP: `down(act(gate(x)) * up(x))` with optional biases
-//! (Llama's `mlp_bias`); SwiGLU or Gemma's GeGLU. Weight names
-//! `{prefix}.gate_proj.weight` etc.
+//! (Llama's `mlp_bias`); SwiGLU or Gemma's GeGLU, read through the block's
+//! input norm and projected into the residual stream
+//! (`crate::layers::residual`). Weight names `{prefix}.gate_proj.weight`
+//! etc.
 
 use turbospark_backend::Backend;
 use turbospark_format::{Activation, ModelSpec};
 
 use crate::error::Result;
+use crate::layers::residual::BlockNorms;
 use crate::loader::Loader;
 
 pub struct GatedMlp<B: Backend> {
@@ -36,23 +39,24 @@ impl<B: Backend> GatedMlp<B> {
         })
     }
 
-    pub fn forward(&self, be: &B, x: &B::Tensor) -> B::Tensor {
-        let (n, h) = be.shape(x);
+    /// `x += post(mlp(rms_norm(x)))`.
+    pub fn forward(&self, be: &B, x: &mut B::Tensor, norms: &BlockNorms<'_, B>) {
+        let n = be.shape(x).0;
         let i = self.width;
         let mut gate = be.tensor(n, i);
         let mut up = be.tensor(n, i);
-        be.linears(
+        norms.linears(
+            be,
             x,
             &[
                 (&self.gate, self.gate_bias.as_ref()),
                 (&self.up, self.up_bias.as_ref()),
             ],
             &mut [&mut gate, &mut up],
+            None,
         );
         let mut act = be.tensor(n, i);
         be.glu(&gate, &up, self.activation, &mut act);
-        let mut out = be.tensor(n, h);
-        be.linear(&act, &self.down, self.down_bias.as_ref(), &mut out);
-        out
+        norms.project_into(be, &act, &self.down, self.down_bias.as_ref(), x);
     }
 }

@@ -8,6 +8,7 @@ use turbospark_backend::{Backend, Experts, MoeParams};
 use turbospark_format::{ModelSpec, MoeSpec};
 
 use crate::error::Result;
+use crate::layers::residual::BlockNorms;
 use crate::loader::Loader;
 
 /// Where a family keeps the router and the experts under the block prefix,
@@ -94,10 +95,19 @@ impl<B: Backend> MoeBlock<B> {
         (all as u64) * (p.num_experts - p.top_k) as u64 / p.num_experts as u64
     }
 
-    pub fn forward(&self, be: &B, x: &B::Tensor) -> B::Tensor {
+    /// `x += post(moe(rms_norm(x)))`: the router reads x through the
+    /// norm, which also hands the normed rows to the experts.
+    pub fn forward(&self, be: &B, x: &mut B::Tensor, norms: &BlockNorms<'_, B>) {
         let n = be.shape(x).0;
         let mut logits = be.tensor(n, self.params.num_experts);
-        be.linear(x, &self.router, self.router_bias.as_ref(), &mut logits);
+        let mut normed = be.tensor(n, self.hidden);
+        norms.linears(
+            be,
+            x,
+            &[(&self.router, self.router_bias.as_ref())],
+            &mut [&mut logits],
+            Some(&mut normed),
+        );
         let mut out = be.tensor(n, self.hidden);
         let experts = Experts {
             gate_up: &self.gate_up,
@@ -105,8 +115,8 @@ impl<B: Backend> MoeBlock<B> {
             down: &self.down,
             down_bias: self.down_bias.as_ref(),
         };
-        be.moe(x, &logits, &experts, &self.params, &mut out);
-        out
+        be.moe(&normed, &logits, &experts, &self.params, &mut out);
+        norms.add_into(be, &out, x);
     }
 }
 

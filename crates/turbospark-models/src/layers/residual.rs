@@ -1,0 +1,68 @@
+//! How a block meets the residual stream, the same for every block and
+//! family: `x += post(block(rms_norm(x)))`. The block reads `x` through its
+//! input norm ([`BlockNorms::linears`]: the norm and the block's first
+//! projections are one backend operation, which a backend may fuse) and
+//! adds its output back ([`BlockNorms::project_into`]: the output
+//! projection accumulates into `x` where no post-norm sits between them).
+//! The post-norms exist only in Gemma's sandwich layout. It owns the order
+//! of those steps; the blocks own what happens between them.
+
+use turbospark_backend::Backend;
+
+/// A block's norms: `pre` before it, `post` (Gemma) on its output before
+/// the residual add.
+pub struct BlockNorms<'a, B: Backend> {
+    pub pre: &'a B::Weight,
+    pub post: Option<&'a B::Weight>,
+    pub eps: f32,
+}
+
+impl<B: Backend> BlockNorms<'_, B> {
+    /// `outs[i] = rms_norm(x) · Wᵢᵀ (+ biasᵢ)`; with `normed`, the normed
+    /// rows too (for a block that reads them other than through these
+    /// projections).
+    pub fn linears(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        parts: &[(&B::Weight, Option<&B::Weight>)],
+        outs: &mut [&mut B::Tensor],
+        normed: Option<&mut B::Tensor>,
+    ) {
+        be.rms_norm_linears(x, self.pre, self.eps, parts, outs, normed);
+    }
+
+    /// `x += post(y · Wᵀ + bias)`: the block's output projection into the
+    /// residual stream (one operation without a post-norm).
+    pub fn project_into(
+        &self,
+        be: &B,
+        y: &B::Tensor,
+        w: &B::Weight,
+        bias: Option<&B::Weight>,
+        x: &mut B::Tensor,
+    ) {
+        match self.post {
+            None => be.linear_add(y, w, bias, x),
+            Some(_) => {
+                let mut out = be.tensor(be.shape(y).0, be.shape(x).1);
+                be.linear(y, w, bias, &mut out);
+                self.add_into(be, &out, x);
+            }
+        }
+    }
+
+    /// `x += post(out)`: a block output that is not a plain projection
+    /// (the experts' weighted sum).
+    pub fn add_into(&self, be: &B, out: &B::Tensor, x: &mut B::Tensor) {
+        match self.post {
+            None => be.add(x, out),
+            Some(w) => {
+                let (rows, cols) = be.shape(out);
+                let mut normed = be.tensor(rows, cols);
+                be.rms_norm(out, w, self.eps, &mut normed);
+                be.add(x, &normed);
+            }
+        }
+    }
+}
