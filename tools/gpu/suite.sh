@@ -3,9 +3,11 @@
 # the GPU tests, the decode/prefill bench of BENCHMARKS.md's table, and a
 # per-kernel Nsight Compute table of steady-state decode (warm caches, the
 # GPU's own clocks). Results go to $OUT (default ./gpu-results).
-# PREFILL=0 leaves out the per-kernel table of a prefill.
-# SANITIZE=1 also runs compute-sanitizer memcheck on the parity tests and a
-# short gpt-oss decode.
+# PREFILL=0 leaves out the per-kernel table of a prefill, NCU=0 those of
+# decode.
+# SANITIZE=1 also runs compute-sanitizer memcheck on the parity tests (those
+# matching PARITY_FILTER's names, if set) and short gpt-oss and int4 Llama
+# decodes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-results}
@@ -35,7 +37,7 @@ for line in open(sys.argv[1]):
 PY
 
 M="--cache-control none --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__registers_per_thread,smsp__inst_executed.sum"
-for p in "llama-3.1-8b --quant int4" "gpt-oss-20b"; do
+[ "${NCU:-1}" = 1 ] && for p in "llama-3.1-8b --quant int4" "gpt-oss-20b" "llama-3.1-8b"; do
     echo "=== $p (2 layers, the last kernels launched: steady-state decode)"
     # shellcheck disable=SC2086
     timeout 200 ncu --csv $M --launch-count 700 $B --synthetic $p --layers 2 --prompt-len 2048 --gen-len 12 --warmup 0 2>/dev/null \
@@ -50,8 +52,11 @@ done > "$OUT/kernels.txt" 2>&1
 done > "$OUT/prefill_kernels.txt" 2>&1
 
 if [ "${SANITIZE:-0}" = 1 ]; then
-    { timeout 600 compute-sanitizer --tool memcheck "$D/parity" --test-threads=1 2>&1 | tail -4
-      timeout 300 compute-sanitizer --tool memcheck $B --synthetic gpt-oss-20b --layers 2 --prompt-len 64 --gen-len 4 2>&1 | tail -2
+    # shellcheck disable=SC2086 # PARITY_FILTER is a list of test-name filters
+    { timeout 600 compute-sanitizer --tool memcheck "$D/parity" --test-threads=1 ${PARITY_FILTER:-} 2>&1 | tail -4
+      for p in "gpt-oss-20b" "llama-3.1-8b --quant int4"; do
+          timeout 300 compute-sanitizer --tool memcheck $B --synthetic $p --layers 2 --prompt-len 64 --gen-len 4 2>&1 | tail -2
+      done
     } > "$OUT/memcheck.txt"
     grep "ERROR SUMMARY" "$OUT/memcheck.txt"
 fi

@@ -288,9 +288,11 @@ pub trait Backend: Send + Sync {
     );
 
     /// The expert half of an MoE block: route each row of `x` by its row of
-    /// `router_logits` (`[rows, experts]`), run the selected experts and write
-    /// the weighted sum to `out` (`[rows, hidden]`). Each row's selected
-    /// experts are summed in ascending expert index, as transformers does.
+    /// `router_logits` (`[rows, experts]`), run the selected experts and add
+    /// their weighted sum to `out` (`[rows, hidden]`: the residual stream,
+    /// or zeros for the sum alone). Each row's selected experts are summed
+    /// from zero in ascending expert index, as transformers does, and the
+    /// sum is then added to `out`.
     fn moe(
         &self,
         x: &Self::Tensor,

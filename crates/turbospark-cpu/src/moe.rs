@@ -93,7 +93,8 @@ pub fn moe(
         .chunks_exact(p.num_experts)
         .map(|row| route(row, p.top_k, p.routing))
         .collect();
-    out.fill(0.0);
+    // Each row's experts summed from zero, then added to what `out` holds.
+    let mut sum = vec![0.0; out.len()];
     for e in 0..p.num_experts {
         let users: Vec<(usize, f32)> = routes
             .iter()
@@ -135,13 +136,16 @@ pub fn moe(
             &mut y,
         );
         for (i, &(t, wt)) in users.iter().enumerate() {
-            for (o, &v) in out[t * hidden..(t + 1) * hidden]
+            for (o, &v) in sum[t * hidden..(t + 1) * hidden]
                 .iter_mut()
                 .zip(&y[i * hidden..(i + 1) * hidden])
             {
                 *o += v * wt;
             }
         }
+    }
+    for (o, s) in out.iter_mut().zip(sum) {
+        *o += s;
     }
 }
 

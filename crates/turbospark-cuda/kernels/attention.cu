@@ -367,78 +367,89 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
 
 // out [rows, heads·head_dim]; one block per (row, head). `sinks` (one logit
 // per head, dtype sinks_dt) is null when the layer has none; the slot
-// arguments are the partial kernel's, to tell which splits it wrote. The block
-// finds the largest split maximum M, each split's weight exp(m_s − M) and
-// the denominator L together (threads over splits, block reductions).
-// Then thread t takes column t % cols (a float4 of dimensions when
-// head_dim is a multiple of 4, else one) and every (threads / cols)-th
-// split from t / cols, so many rows of partials are in flight at once;
-// the phases' sums meet in shared memory in phase order. Launched with
-// ATT_COMBINE_THREADS threads (≥ head_dim: MAX_HEAD_DIM).
+// arguments are the partial kernel's, to tell which splits it wrote. Thread
+// s holds split s's (m, l) (splits ≤ ATT_MAX_SPLITS = the block's threads),
+// read once: the block's max M, then each split's weight exp(m_s − M) and
+// the denominator L (block reductions). Then thread t takes column t % cols
+// (a float4 of dimensions when head_dim is a multiple of 4, else one) and
+// every (threads / cols)-th split from t / cols, ATT_COMBINE_UNROLL splits'
+// rows in flight at once; the phases' sums meet in shared memory in phase
+// order. Launched with ATT_COMBINE_THREADS threads (≥ head_dim:
+// MAX_HEAD_DIM). Splits that wrote nothing weigh nothing and are not read
+// (their rows are stale).
 #define ATT_COMBINE_THREADS 256
+#define ATT_COMBINE_UNROLL 4
+static_assert(ATT_MAX_SPLITS <= ATT_COMBINE_THREADS, "a combine thread per split");
 extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     attn_combine(float* out, const float* part_o, const float* part_ml, const void* sinks,
                  int sinks_dt, u32 num_heads, u32 head_dim, u32 splits, const u32* positions,
                  i64 window, u32 slot_lo, u32 slot_hi, u32 per_split, u32 capacity) {
-    pdl_enter();
     const u32 rh = blockIdx.x, head = rh % num_heads;
+    // The sink is a weight: read before waiting for the previous kernel.
+    const float sink = sinks ? load_w(sinks, sinks_dt, head) : NEG_INF;
+    pdl_enter();
     const float* ml = part_ml + (u64)rh * splits * 2;
     const i64 qpos = (i64)positions[rh / num_heads];
     __shared__ float wgt[ATT_MAX_SPLITS];
     __shared__ float warp_maxes[32];
     __shared__ float4 phase_sum[ATT_COMBINE_THREADS];
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    // Splits with no slot this row can see wrote nothing (attn_gqa).
-    auto live = [&](u32 s) {
+    // Splits with no slot this row can see wrote nothing (attn_gqa), and
+    // one that saw no visible key wrote m = −inf: both weigh nothing.
+    float ms = NEG_INF, ls = 0.0f;
+    if (threadIdx.x < splits) {
         u32 s0, s1;
-        split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, s, s0, s1);
-        return s0 < s1;
-    };
-    float M = NEG_INF;
-    for (u32 s = threadIdx.x; s < splits; s += blockDim.x) {
-        if (live(s)) M = fmaxf(M, ml[2 * s]);
+        split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, threadIdx.x, s0, s1);
+        if (s0 < s1) {
+            ms = ml[2 * threadIdx.x];
+            ls = ml[2 * threadIdx.x + 1];
+        }
     }
-    M = warp_max(M);
+    float M = warp_max(ms);
     if (lane == 0) warp_maxes[warp] = M;
     __syncthreads();
     M = NEG_INF;
     for (u32 w = 0; w < (blockDim.x >> 5); w++) M = fmaxf(M, warp_maxes[w]);
     float sink_term = 0.0f;
     if (sinks) {
-        const float sink = load_w(sinks, sinks_dt, head);
         M = fmaxf(M, sink);
         sink_term = expf(sink - M);
     }
-    float part = 0.0f;
-    for (u32 s = threadIdx.x; s < splits; s += blockDim.x) {
-        // Splits that saw no visible key weigh nothing.
-        float w = 0.0f;
-        if (live(s) && ml[2 * s] != NEG_INF) {
-            w = expf(ml[2 * s] - M);
-            part += ml[2 * s + 1] * w;
-        }
-        wgt[s] = w;
-    }
+    const float w = ms == NEG_INF ? 0.0f : expf(ms - M);
+    if (threadIdx.x < splits) wgt[threadIdx.x] = w;
     // No visible key and no sink gives 0/0 = NaN, as on the CPU. (block_sum
     // synchronises, so wgt is complete after it.)
-    const float inv = 1.0f / (block_sum(part) + sink_term);
+    const float inv = 1.0f / (block_sum(ls * w) + sink_term);
     const float* po = part_o + (u64)rh * splits * head_dim;
     const bool vec = (head_dim & 3u) == 0;
     const u32 cols = vec ? head_dim / 4 : head_dim;
     const u32 phases = blockDim.x / cols, phase = threadIdx.x / cols, c = threadIdx.x % cols;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (phase < phases) {
-        for (u32 s = phase; s < splits; s += phases) {
-            const float w = wgt[s];
-            if (w == 0.0f) continue;
-            if (vec) {
-                const float4 v = ((const float4*)(po + (u64)s * head_dim))[c];
-                o.x += v.x * w;
-                o.y += v.y * w;
-                o.z += v.z * w;
-                o.w += v.w * w;
-            } else {
-                o.x += po[(u64)s * head_dim + c] * w;
+        constexpr int U = ATT_COMBINE_UNROLL;
+        for (u32 base = phase; base < splits; base += U * phases) {
+            float ww[U];
+            float4 v[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const u32 s = base + u * phases;
+                ww[u] = s < splits ? wgt[s] : 0.0f;
+                v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (ww[u] != 0.0f) {
+                    if (vec) {
+                        v[u] = ((const float4*)(po + (u64)s * head_dim))[c];
+                    } else {
+                        v[u].x = po[(u64)s * head_dim + c];
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (ww[u] == 0.0f) continue;
+                o.x += v[u].x * ww[u];
+                o.y += v[u].y * ww[u];
+                o.z += v[u].z * ww[u];
+                o.w += v[u].w * ww[u];
             }
         }
     }

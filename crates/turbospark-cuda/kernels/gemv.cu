@@ -73,14 +73,22 @@ __device__ __forceinline__ void load_w8(const void* w, int dt, u64 i, float* o) 
     }
 }
 
-// The fused RMSNorm's factor r = 1 / sqrt(mean(x²) + eps), from each
-// thread's part of Σ x² (norm.cu's formula; the sum's order differs, so
-// results match its up to rounding), and block (0, 0)'s copy of the normed
-// row w · (x · r) (norm.cu's order) where the launch asks for it. Every
-// thread of the block takes part (block_sum synchronises).
-__device__ __forceinline__ float fused_norm_factor(const GemvSegs& sg, float ss, u32 k,
-                                                   const float* x) {
-    const float r = 1.0f / sqrtf(block_sum(ss) / (float)k + sg.eps);
+// A fused RMSNorm's factor r = 1 / sqrt(mean(x²) + eps) (norm.cu's
+// formula; the sum's order differs, so results match its up to rounding),
+// in two halves around a barrier the kernel has anyway: before it, each
+// warp's part of Σ x² (from each thread's `ss`) goes to shared memory;
+// after it, every thread sums the parts, and block (0, 0) writes the
+// normed row w · (x · r) (norm.cu's order) where the launch asks for it.
+__device__ __forceinline__ void norm_part(float ss, float* parts) {
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31u) == 0) parts[threadIdx.x >> 5] = ss;
+}
+
+__device__ __forceinline__ float norm_factor(const GemvSegs& sg, const float* parts, u32 k,
+                                             const float* x) {
+    float ss = 0.0f;
+    for (u32 w = 0; w < (blockDim.x >> 5); w++) ss += parts[w];
+    const float r = 1.0f / sqrtf(ss / (float)k + sg.eps);
     if (sg.normed && blockIdx.x == 0 && blockIdx.y == 0) {
         for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
             sg.normed[i] = load_w(sg.norm, sg.norm_dt, i) * (x[i] * r);
@@ -354,6 +362,7 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
     float r = 1.0f;
     if (sg.norm) {
         extern __shared__ uint4 shared_x[];
+        __shared__ float parts[8];
         float* xs = (float*)shared_x;
         float ss = 0.0f;
         for (u32 c = threadIdx.x; c < k / 8; c += blockDim.x) {
@@ -367,7 +376,9 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
                 xs[8 * c + i] = nw[i] * v[i];
             }
         }
-        r = fused_norm_factor(sg, ss, k, xb);
+        norm_part(ss, parts);
+        __syncthreads();  // xs and the parts complete
+        r = norm_factor(sg, parts, k, xb);
         xb = xs;
     }
     u32 rows = 0;
@@ -834,7 +845,8 @@ __device__ __forceinline__ void pack_x(uint4& o, const int* n) {
 // r scales the row's sum when it is stored.
 template <class F>
 __device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::XWord* xq,
-                                            float* xd, const void* norm, int norm_dt) {
+                                            float* xd, const GemvSegs& sg) {
+    const void* norm = sg.norm;
     float ss = 0.0f;
     const u32 chunks = k / 8;  // a multiple of 4: whole groups per 4 lanes
     // QC chunks a thread are loaded before any is rounded: a wide row (the
@@ -843,12 +855,14 @@ __device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::
     constexpr int QC = 4;
     for (u32 base = 0; base < chunks; base += QC * blockDim.x) {
         float4 lo[QC], hi[QC];
+        float nw[QC][8];  // the norm's weights, loaded with x
 #pragma unroll
         for (int r = 0; r < QC; r++) {
             const u32 c = base + r * blockDim.x + threadIdx.x;
             if (c < chunks) {
                 lo[r] = ((const float4*)xr)[2 * c];
                 hi[r] = ((const float4*)xr)[2 * c + 1];
+                if (norm) load_w8(norm, sg.norm_dt, 8 * c, nw[r]);
             } else {
                 lo[r] = hi[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
@@ -858,12 +872,10 @@ __device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::
             const u32 c = base + r * blockDim.x + threadIdx.x;
             float v[8] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w, hi[r].x, hi[r].y, hi[r].z, hi[r].w};
             if (norm && c < chunks) {
-                float nw[8];
-                load_w8(norm, norm_dt, 8 * c, nw);
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     ss += v[i] * v[i];
-                    v[i] *= nw[i];
+                    v[i] *= nw[r][i];
                 }
             }
             float amax = 0.0f;
@@ -939,10 +951,11 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     }
     pdl_enter();
     const float* xr = x + (u64)(blockIdx.x / x_div) * k;
-    const float ss = quantize_x<F>(xr, k, xq, xd, sg.norm, sg.norm_dt);
-    float r = 1.0f;
-    if (sg.norm) r = fused_norm_factor(sg, ss, k, xr);
-    __syncthreads();
+    const float ss = quantize_x<F>(xr, k, xq, xd, sg);
+    __shared__ float parts[8];
+    if (sg.norm) norm_part(ss, parts);
+    __syncthreads();  // the codes (and the norm's parts) complete
+    const float r = sg.norm ? norm_factor(sg, parts, k, xr) : 1.0f;
     // Persistent: this block takes blocks of work blockIdx.y, + gridDim.y,
     // ... of the job, reusing the rounded x (the same count for every warp
     // of the block, so the exchange in grouped_store stays in step).

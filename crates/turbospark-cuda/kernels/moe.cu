@@ -119,8 +119,9 @@ extern "C" __global__ void moe_act(float* out, const float* gu, u32 jobs, u32 wi
     }
 }
 
-// out[r, c] = Σ_j y[r·k + j, c] · w[r·k + j], from zero, j ascending (the
-// pairs are sorted by expert), the CPU's order.
+// out[r, c] += Σ_j y[r·k + j, c] · w[r·k + j], the sum from zero, j
+// ascending (the pairs are sorted by expert), the CPU's order; out is the
+// residual stream (the block's add fused here).
 extern "C" __global__ void moe_combine(float* out, const float* y, const float* sel_w, u32 rows,
                                        u32 top_k, u32 hidden) {
     pdl_enter();
@@ -131,7 +132,7 @@ extern "C" __global__ void moe_combine(float* out, const float* y, const float* 
             const u64 job = r * top_k + j;
             o += y[job * hidden + c] * sel_w[job];
         }
-        out[i] = o;
+        out[i] += o;
     }
 }
 
@@ -171,8 +172,8 @@ extern "C" __global__ void moe_act_rows(void* out, const float* gu, const int* r
     }
 }
 
-// Grouped path: out[r, c] = Σ_j (y[slot_row[s], c] + down_bias[e_s, c]) · w[s]
-// for slots s = r·k + j, from zero, j ascending (the pairs are sorted by
+// Grouped path: out[r, c] += Σ_j (y[slot_row[s], c] + down_bias[e_s, c]) · w[s]
+// for slots s = r·k + j, the sum from zero, j ascending (the pairs are sorted by
 // expert): the CPU's order, the bias added before the weighting. A slot
 // with slot_row −1 (an expert index out of range, from NaN logits) adds
 // nothing.
@@ -192,6 +193,6 @@ extern "C" __global__ void moe_combine_rows(float* out, const float* y, const in
             if (bias) v += load_w(bias, bias_dt, (u64)sel_e[s] * hidden + c);
             o += v * sel_w[s];
         }
-        out[i] = o;
+        out[i] += o;
     }
 }

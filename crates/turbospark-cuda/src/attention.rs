@@ -34,8 +34,9 @@ const MAX_SPLITS: usize = 256;
 /// tiles are latency-bound (copy, score, softmax, values in turn), so the
 /// SMs need many of them at once.
 const GQA_WARPS_PER_SM: usize = 16;
-/// Threads of the combine kernel (`ATT_COMBINE_THREADS`).
+/// Threads of the combine kernel (`ATT_COMBINE_THREADS`): one a split.
 const COMBINE_THREADS: u32 = 256;
+const _: () = assert!(MAX_SPLITS <= COMBINE_THREADS as usize);
 
 /// The GQA decode kernel for `head_dim` and `group` query heads per KV
 /// head, if one holds them (kernels/attention.cu: head_dim a multiple of 4,

@@ -211,7 +211,7 @@ pub fn rms_norm_linears(
     let edges = GemvEdges {
         norm: Some((w, eps)),
         normed: normed.map_or(0, |t| be.ptr(&t.data)),
-        accumulate: false,
+        ..GemvEdges::default()
     };
     gemv_segments(be, x, parts, outs, &edges);
 }

@@ -900,6 +900,17 @@ fn moe_case(
         (Precision::Bf16, false) => MOE_GROUPED_TOL,
     };
     check(&format!("moe {what} {p:?} rows={rows}"), g, &o, &c, tol);
+    // The sum is added to what `out` holds (the residual stream): a second
+    // call doubles it.
+    Cpu.moe(&cx, &cl, &set.cpu(), p, &mut c);
+    g.moe(&gx, &gl, &set.gpu(), p, &mut o);
+    check(
+        &format!("moe {what} {p:?} rows={rows}, twice"),
+        g,
+        &o,
+        &c,
+        tol,
+    );
 }
 
 #[test]

@@ -108,15 +108,22 @@ impl<B: Backend> MoeBlock<B> {
             &mut [&mut logits],
             Some(&mut normed),
         );
-        let mut out = be.tensor(n, self.hidden);
         let experts = Experts {
             gate_up: &self.gate_up,
             gate_up_bias: self.gate_up_bias.as_ref(),
             down: &self.down,
             down_bias: self.down_bias.as_ref(),
         };
-        be.moe(&normed, &logits, &experts, &self.params, &mut out);
-        norms.add_into(be, &out, x);
+        // The experts add their sum into the residual stream (into zeros
+        // first where a post-norm sits between).
+        match norms.post {
+            None => be.moe(&normed, &logits, &experts, &self.params, x),
+            Some(_) => {
+                let mut out = be.tensor(n, self.hidden);
+                be.moe(&normed, &logits, &experts, &self.params, &mut out);
+                norms.add_into(be, &out, x);
+            }
+        }
     }
 }
 
