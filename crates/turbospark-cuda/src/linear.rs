@@ -92,12 +92,39 @@ pub struct GemvJob {
     pub k: u32,
 }
 
+/// `out = x · Wᵀ (+ bias)`.
 pub fn linear(
     be: &Cuda,
     x: &CudaTensor,
     w: &CudaWeight,
     bias: Option<&CudaWeight>,
     out: &mut CudaTensor,
+) {
+    project(be, x, w, bias, out, false);
+}
+
+/// `acc += x · Wᵀ (+ bias)`: the GEMV adds into `acc` as it stores (decode),
+/// the GEMM with beta = 1 (prefill).
+pub fn linear_add(
+    be: &Cuda,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    bias: Option<&CudaWeight>,
+    acc: &mut CudaTensor,
+) {
+    project(be, x, w, bias, acc, true);
+}
+
+/// `out = x · Wᵀ (+ bias)`, or with `add` `out +=` it: the GEMV kernels
+/// below [`GEMM_MIN_ROWS`] rows (they add the bias, and with `add` they
+/// add into `out` as they store), cuBLAS above (beta = 1 with `add`).
+fn project(
+    be: &Cuda,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    bias: Option<&CudaWeight>,
+    out: &mut CudaTensor,
+    add: bool,
 ) {
     let (n, k, m) = (x.rows, w.cols(), w.rows());
     assert_eq!(x.cols, k, "linear: x is [{n}, {}], W is [{m}, {k}]", x.cols);
@@ -110,65 +137,23 @@ pub fn linear(
         return;
     }
     if n < GEMM_MIN_ROWS {
-        // The kernel adds the bias.
-        let job = GemvJob {
-            x: be.ptr(&x.data),
-            experts: 0,
-            jobs: 1,
-            nx: n as u32,
-            x_div: 1,
-            k: k as u32,
-        };
-        return gemv(be, w, bias, be.ptr(&out.data), m as u32, &job);
-    }
-    if k == 0 {
-        be.stream
-            .memset_zeros(&mut out.data)
-            .unwrap_or_else(|e| panic!("CUDA: {e}"));
-    } else {
-        gemm(be, x, w, out, 0.0);
-    }
-    if let Some(b) = bias {
-        ops::add_bias(be, out, b);
-    }
-}
-
-/// `acc += x · Wᵀ (+ bias)`: the GEMV adds into `acc` as it stores (decode),
-/// the GEMM with beta = 1 (prefill).
-pub fn linear_add(
-    be: &Cuda,
-    x: &CudaTensor,
-    w: &CudaWeight,
-    bias: Option<&CudaWeight>,
-    acc: &mut CudaTensor,
-) {
-    let (n, k, m) = (x.rows, w.cols(), w.rows());
-    assert_eq!(
-        x.cols, k,
-        "linear_add: x is [{n}, {}], W is [{m}, {k}]",
-        x.cols
-    );
-    assert_eq!(
-        (acc.rows, acc.cols),
-        (n, m),
-        "linear_add: acc is not [{n}, {m}]"
-    );
-    if n == 0 || m == 0 {
-        return;
-    }
-    if n < GEMM_MIN_ROWS {
-        let segs = [(w, bias, be.ptr(&acc.data), m as u32)];
+        let segs = [(w, bias, be.ptr(&out.data), m as u32)];
         let edges = GemvEdges {
-            accumulate: true,
+            accumulate: add,
             ..GemvEdges::default()
         };
         return launch_gemv(be, &segs, &x_job(be, x), &edges);
     }
-    if k > 0 {
-        gemm(be, x, w, acc, 1.0);
+    match (k, add) {
+        (0, true) => {}
+        (0, false) => be
+            .stream
+            .memset_zeros(&mut out.data)
+            .unwrap_or_else(|e| panic!("CUDA: {e}")),
+        _ => gemm(be, x, w, out, if add { 1.0 } else { 0.0 }),
     }
     if let Some(b) = bias {
-        ops::add_bias(be, acc, b);
+        ops::add_bias(be, out, b);
     }
 }
 

@@ -39,7 +39,7 @@
 //! passes.
 
 use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, RopeTable};
-use turbospark_cpu::{Cpu, CpuKv, CpuWeight};
+use turbospark_cpu::{Cpu, CpuKv, CpuTensor, CpuWeight};
 use turbospark_cuda::linear::XType;
 use turbospark_cuda::{Cuda, CudaKv, CudaTensor, CudaWeight, Precision, WeightData};
 use turbospark_format::{Activation, AttnSpan, DType, ExpertAct, HostTensor, Routing};
@@ -366,6 +366,30 @@ fn gpu_parts<'a>(
         .collect()
 }
 
+/// Each of `outs` against the CPU's `x · Wᵢᵀ + biasᵢ` for the parts of a
+/// [`weight_set`], at the GEMV bounds of `x`'s row count.
+fn check_parts(
+    g: &Cuda,
+    x: &CpuTensor,
+    ws: &[Pair],
+    biases: &[Option<Pair>],
+    outs: &[CudaTensor],
+    what: &str,
+) {
+    let n = Cpu.shape(x).0;
+    for (i, ((w, b), out)) in ws.iter().zip(biases).zip(outs).enumerate() {
+        let mut c = Cpu.tensor(n, w.0.rows());
+        Cpu.linear(x, &w.0, b.as_ref().map(|b| &b.0), &mut c);
+        check(
+            &format!("{what} part {i}"),
+            g,
+            out,
+            &c,
+            gemv_tol(g, &w.1, n),
+        );
+    }
+}
+
 /// Several weights in one GEMV launch (`linears`: q/k/v, gate/up) give each
 /// weight its own product: segments of odd row counts (padded to a warp's
 /// rows), every format, biases on some parts, 1 and 3 rows of x; and large
@@ -382,12 +406,8 @@ fn linears_share_one_launch_per_format() {
                 let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
                 let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(n, m)).collect();
                 g.linears(&gx, &parts, &mut outs.iter_mut().collect::<Vec<_>>());
-                for (i, (w, b)) in ws.iter().zip(&biases).enumerate() {
-                    let mut c = Cpu.tensor(n, ms[i]);
-                    Cpu.linear(&cx, &w.0, b.as_ref().map(|b| &b.0), &mut c);
-                    let what = format!("linears {fmt} k={k} part {i} of {ms:?} n={n}");
-                    check(&what, &g, &outs[i], &c, gemv_tol(&g, &w.1, n));
-                }
+                let what = format!("linears {fmt} k={k} n={n}");
+                check_parts(&g, &cx, &ws, &biases, &outs, &what);
             }
         }
     }
@@ -433,12 +453,7 @@ fn rms_norm_linears_reads_x_through_the_norm() {
                     if write_normed {
                         check(&format!("{what} normed"), &g, &g_normed, &normed, F32_TOL);
                     }
-                    for (i, (w, b)) in ws.iter().zip(&biases).enumerate() {
-                        let mut c = Cpu.tensor(n, ms[i]);
-                        Cpu.linear(&normed, &w.0, b.as_ref().map(|b| &b.0), &mut c);
-                        let what = format!("{what} part {i} of {ms:?}");
-                        check(&what, &g, &outs[i], &c, gemv_tol(&g, &w.1, n));
-                    }
+                    check_parts(&g, &normed, &ws, &biases, &outs, &what);
                 }
             }
         }
