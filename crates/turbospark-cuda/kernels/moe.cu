@@ -1,6 +1,6 @@
 // Mixture-of-experts pieces around the expert matrix products: routing, the
 // expert activation, and the weighted sum.
-// Decode (few rows): the products are gemv.cu's kernels with one job per
+// Decode (few rows): the products are the GEMV kernels (gemv_*.cu) with one job per
 // (token, selected expert); all on the device, so a step needs no host
 // round trip. Prefill (grouped): the (token, slot) pairs are listed per
 // expert on the host, each expert's token rows are gathered into one

@@ -46,7 +46,7 @@ __device__ __forceinline__ void norm_group(float* out, const float* x, const voi
     }
 }
 
-// The residual adds live in the GEMVs that produce them (gemv.cu), and a
+// The residual adds live in the GEMVs that produce them (gemv_*.cu), and a
 // decode row's norm usually in the GEMV that reads it; this kernel serves
 // the rest (prefill, per-head norms, Gemma's post-norms).
 extern "C" __global__ void rms_norm(float* out, const float* x, const void* w, int dt, u32 d,

@@ -19,12 +19,26 @@ use crate::CudaError;
 /// Prepended to every kernel file (NVRTC gets no include path).
 const COMMON: &str = include_str!("../kernels/common.cuh");
 
-/// One kernel family per file: (file name, source).
-pub const SOURCES: [(&str, &str); 9] = [
+/// One kernel family per file: (file name, source). The two GEMV files
+/// share gemv_common.cuh, put in front of each.
+pub const SOURCES: [(&str, &str); 10] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
     ("rope_kv.cu", include_str!("../kernels/rope_kv.cu")),
-    ("gemv.cu", include_str!("../kernels/gemv.cu")),
+    (
+        "gemv_dense.cu",
+        concat!(
+            include_str!("../kernels/gemv_common.cuh"),
+            include_str!("../kernels/gemv_dense.cu")
+        ),
+    ),
+    (
+        "gemv_grouped.cu",
+        concat!(
+            include_str!("../kernels/gemv_common.cuh"),
+            include_str!("../kernels/gemv_grouped.cu")
+        ),
+    ),
     ("convert.cu", include_str!("../kernels/convert.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("moe.cu", include_str!("../kernels/moe.cu")),

@@ -21,6 +21,8 @@ pub mod attention;
 pub mod compile;
 pub mod device_info;
 pub mod flash_attention;
+pub mod gemm;
+pub mod gemv;
 pub mod kernels;
 pub mod linear;
 pub mod moe;
@@ -76,7 +78,7 @@ pub enum Precision {
     /// rounded to bf16 for the prefill GEMMs and the flash-attention
     /// kernel, MoE prefill is grouped by expert; one-row GEMVs of grouped
     /// weights round x per 32 values to int16 (MXFP4) or int8 (int8/int4)
-    /// codes and multiply codes in integers (kernels/gemv.cu). Results
+    /// codes and multiply codes in integers (kernels/gemv_grouped.cu). Results
     /// within ~1e-2 of the rms of f32 arithmetic. The default.
     #[default]
     Bf16,

@@ -25,8 +25,10 @@ use turbospark_format::{ExpertAct, Routing};
 
 use cudarc::driver::CudaSlice;
 
+use crate::gemm::{XType, gemm_rows, weight_scratch};
+use crate::gemv::{GemvJob, gemv};
 use crate::kernels::{Arg, BLOCK, grid_for};
-use crate::linear::{GEMM_MIN_ROWS, GemvJob, XType, gemm_rows, gemv, weight_scratch};
+use crate::linear::GEMM_MIN_ROWS;
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaTensor, Precision};
 

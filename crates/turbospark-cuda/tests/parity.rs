@@ -40,7 +40,7 @@
 
 use turbospark_backend::{AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, RopeTable};
 use turbospark_cpu::{Cpu, CpuKv, CpuTensor, CpuWeight};
-use turbospark_cuda::linear::XType;
+use turbospark_cuda::gemm::XType;
 use turbospark_cuda::{Cuda, CudaKv, CudaTensor, CudaWeight, Precision, WeightData};
 use turbospark_format::{Activation, AttnSpan, DType, ExpertAct, HostTensor, Routing};
 

@@ -1,0 +1,269 @@
+// Dense weights (f32, bf16, f16): the layout in gemv_common.cuh; the
+// `_x1` variants can read x through a fused norm (staged in shared memory,
+// persistent blocks).
+
+// A dense dtype's 8-value chunk: WORDS 16-byte words, fetched raw and
+// widened exactly to f32 when used.
+template <int DT>
+struct Wt;
+
+template <>
+struct Wt<DT_F32> {
+    static constexpr int SIZE = 4;  // bytes a value
+    static constexpr int WORDS = 2;
+    static constexpr int UNROLL = 4;
+    static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
+        const float* p = (const float*)w + i;
+        r[0] = ld_stream(p);
+        r[1] = ld_stream(p + 4);
+    }
+    static __device__ __forceinline__ void widen(const uint4* r, float* o) {
+        o[0] = __uint_as_float(r[0].x); o[1] = __uint_as_float(r[0].y);
+        o[2] = __uint_as_float(r[0].z); o[3] = __uint_as_float(r[0].w);
+        o[4] = __uint_as_float(r[1].x); o[5] = __uint_as_float(r[1].y);
+        o[6] = __uint_as_float(r[1].z); o[7] = __uint_as_float(r[1].w);
+    }
+};
+
+template <>
+struct Wt<DT_BF16> {
+    static constexpr int SIZE = 2;  // bytes a value
+    static constexpr int WORDS = 1;
+    static constexpr int UNROLL = 4;
+    static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
+        r[0] = ld_stream((const u16*)w + i);
+    }
+    static __device__ __forceinline__ void widen(const uint4* r, float* o) {
+        const u32 q[4] = {r[0].x, r[0].y, r[0].z, r[0].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {  // little endian: the lower address is the low half
+            o[2 * j] = __uint_as_float(q[j] << 16);
+            o[2 * j + 1] = __uint_as_float(q[j] & 0xffff0000u);
+        }
+    }
+};
+
+template <>
+struct Wt<DT_F16> {
+    static constexpr int SIZE = 2;  // bytes a value
+    static constexpr int WORDS = 1;
+    static constexpr int UNROLL = 4;
+    static __device__ __forceinline__ void fetch(const void* w, u64 i, uint4* r) {
+        r[0] = ld_stream((const u16*)w + i);
+    }
+    static __device__ __forceinline__ void widen(const uint4* r, float* o) {
+        const u32 q[4] = {r[0].x, r[0].y, r[0].z, r[0].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            o[2 * j] = f16_to_f32((u16)(q[j] & 0xffffu));
+            o[2 * j + 1] = f16_to_f32((u16)(q[j] >> 16));
+        }
+    }
+};
+
+// Σ_{i<8} w[i] · x[i] for 8 consecutive (16-byte aligned) x values.
+__device__ __forceinline__ float dot8(const float* w, const float* x) {
+    const float4 a = ((const float4*)x)[0], b = ((const float4*)x)[1];
+    return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
+           w[6] * b.z + w[7] * b.w;
+}
+
+// Which output row this warp works on and which of the row's W warps it
+// is. `valid` is false past the last row (such warps still take part in
+// the block's shared-memory exchange).
+struct GemvRow {
+    u32 r, part, wpr, lane, m;
+    const void* w;
+    const void* bias;
+    float* out;
+    bool valid;
+};
+
+// `vb`: the block of work (blockIdx.y, or a persistent block's turn).
+__device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr, u32 vb) {
+    GemvRow g;
+    const u32 warp = threadIdx.x >> 5;
+    g.lane = threadIdx.x & 31u;
+    g.wpr = wpr;
+    g.part = warp % wpr;
+    u32 seg = 0, r = 0;
+    g.valid = seg_of(sg, vb * ((blockDim.x >> 5) / wpr) + warp / wpr, 1, seg, r);
+    g.r = r;
+    g.m = pick(sg.m, seg);
+    g.w = pick(sg.w, seg);
+    g.bias = pick(sg.bias, seg);
+    g.out = pick(sg.out, seg);
+    return g;
+}
+
+// Sums each x row's partials over the lanes and the row's W warps (in warp
+// order) and writes them (with the bias) from the row's first lane.
+template <int NX>
+__device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 job, u32 nx,
+                                           const GemvRow& g, float r, bool accumulate) {
+    float* out = g.out;
+    const void* bias = g.bias;
+    const u32 m = g.m;
+    __shared__ float part[8][NX];
+#pragma unroll
+    for (u32 t = 0; t < NX; t++) acc[t] = warp_sum(acc[t]);
+    if (g.wpr > 1) {
+        const u32 warp = threadIdx.x >> 5;
+        if (g.lane == 0) {
+#pragma unroll
+            for (u32 t = 0; t < NX; t++) part[warp][t] = acc[t];
+        }
+        __syncthreads();
+        if (g.part == 0) {
+#pragma unroll
+            for (u32 t = 0; t < NX; t++) {
+                float s = part[warp][t];
+                for (u32 w = 1; w < g.wpr; w++) s += part[warp + w][t];
+                acc[t] = s;
+            }
+        }
+    }
+    if (!g.valid || g.part != 0 || g.lane != 0) return;
+#pragma unroll
+    for (u32 t = 0; t < NX; t++) {
+        if (t < nx) {
+            store_out(&out[((u64)job * nx + t) * m + g.r], acc[t], r, bias, bias_dt, e * m + g.r,
+                      accumulate);
+        }
+    }
+}
+
+// One block of work of gemv_dense: the row (or its W-th part) of warp
+// `g`, every row of x at `xb` (global or shared memory).
+template <int NX, int DT>
+__device__ __forceinline__ void gemv_dense_rows(const GemvRow& g, const float* xb, u64 e, u32 nx,
+                                                u32 k, u32 wpr, int bias_dt, u32 job, float r,
+                                                bool accumulate) {
+    const void* w = g.w;
+    const u64 wrow = (e * g.m + (g.valid ? g.r : 0)) * k;
+    float acc[NX];
+#pragma unroll
+    for (int t = 0; t < NX; t++) acc[t] = 0.0f;
+    if (g.valid && (k & 7u) == 0) {
+        const u32 step = 256 * wpr;
+        // U chunks a step, all fetched before any is used; the per-lane
+        // sum still runs over the chunks in ascending order. Loop bounds
+        // are the warp's (its first chunk `base`), so lanes never split
+        // between the loops: while all lanes' U chunks lie in the row, the
+        // main loop; then the rest of the row, also U chunks in flight, in
+        // a block of its own (lanes past the row fetch their last chunk
+        // again, unused) so that the main loop keeps its registers.
+        constexpr int U = Wt<DT>::UNROLL;
+        const u32 lane_off = g.lane * 8;
+        u32 base = g.part * 256;
+        for (; base + 255 + (U - 1) * step < k; base += U * step) {
+            const u32 c = base + lane_off;
+            uint4 raw[U][Wt<DT>::WORDS];
+#pragma unroll
+            for (int u = 0; u < U; u++) Wt<DT>::fetch(w, wrow + c + u * step, raw[u]);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float wv[8];
+                Wt<DT>::widen(raw[u], wv);
+#pragma unroll
+                for (u32 t = 0; t < NX; t++) {
+                    if (t < nx) acc[t] += dot8(wv, xb + (u64)t * k + c + u * step);
+                }
+            }
+        }
+        if (base < k) {
+            const u32 c = base + lane_off;
+            uint4 raw[U][Wt<DT>::WORDS];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                Wt<DT>::fetch(w, wrow + (c + u * step < k ? c + u * step : k - 8), raw[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (c + u * step >= k) continue;
+                float wv[8];
+                Wt<DT>::widen(raw[u], wv);
+#pragma unroll
+                for (u32 t = 0; t < NX; t++) {
+                    if (t < nx) acc[t] += dot8(wv, xb + (u64)t * k + c + u * step);
+                }
+            }
+        }
+    } else if (g.valid) {
+        for (u32 c = g.part * 32 + g.lane; c < k; c += 32 * wpr) {
+            const float wv = load_w(w, DT, wrow + c);
+#pragma unroll
+            for (u32 t = 0; t < NX; t++) {
+                if (t < nx) acc[t] += wv * xb[(u64)t * k + c];
+            }
+        }
+    }
+    gemv_store<NX>(acc, bias_dt, e, job, nx, g, r, accumulate);
+}
+
+template <int NX, int DT>
+__device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, int bias_dt,
+                                           const int* experts, u32 nx, u32 x_div, u32 k,
+                                           u32 wpr) {
+    // Weights do not depend on the previous kernel: ask L2 for this lane's
+    // first U chunks before waiting for it (programmatic dependent launch),
+    // unless experts (which it writes) pick the rows.
+    {
+        const GemvRow g = gemv_row(sg, wpr, blockIdx.y);
+        if (experts == nullptr && g.valid && (k & 7u) == 0) {
+#pragma unroll
+            for (int u = 0; u < Wt<DT>::UNROLL; u++) {
+                const u32 c = (g.part * 32 + g.lane) * 8 + u * 256 * wpr;
+                if (c < k) prefetch_l2((const u8*)g.w + ((u64)g.r * k + c) * Wt<DT>::SIZE);
+            }
+        }
+    }
+    pdl_enter();
+    const u32 job = blockIdx.x;
+    const u64 e = experts ? (u64)experts[job] : 0;
+    const float* xb = x + (u64)(job / x_div) * nx * k;
+    // A fused norm (one row of x, k a multiple of 8): the block stages
+    // w_norm · x in shared memory (dynamic, k floats) once and reads x
+    // from there; each row's sum is scaled by r when stored. Such a launch
+    // is persistent (src/linear.rs sizes its grid to the resident blocks):
+    // each block takes blocks of work blockIdx.y, + gridDim.y, ..., so the
+    // staging is paid once a block, not once per 8 rows.
+    float r = 1.0f;
+    if (sg.norm) {
+        extern __shared__ uint4 shared_x[];
+        __shared__ float parts[8];
+        float* xs = (float*)shared_x;
+        float ss = 0.0f;
+        for (u32 c = threadIdx.x; c < k / 8; c += blockDim.x) {
+            const float4 a = ((const float4*)xb)[2 * c], b = ((const float4*)xb)[2 * c + 1];
+            const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            float nw[8];
+            load_w8(sg.norm, sg.norm_dt, 8 * c, nw);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                ss += v[i] * v[i];
+                xs[8 * c + i] = nw[i] * v[i];
+            }
+        }
+        norm_part(ss, parts);
+        __syncthreads();  // xs and the parts complete
+        r = norm_factor(sg, parts, k, xb);
+        xb = xs;
+    }
+    u32 rows = 0;
+#pragma unroll
+    for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
+        if (i < sg.count) rows += pick(sg.m, i);
+    }
+    const u32 per_block = (blockDim.x >> 5) / wpr;
+    const u32 work = (rows + per_block - 1) / per_block;
+    for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
+        const GemvRow g = gemv_row(sg, wpr, vb);
+        gemv_dense_rows<NX, DT>(g, xb, e, nx, k, wpr, bias_dt, job, r, sg.accumulate != 0);
+        if (wpr > 1) __syncthreads();  // the next turn rewrites gemv_store's exchange
+    }
+}
+
+GEMV_KERNELS(gemv_f32, gemv_dense, DT_F32, 4)
+GEMV_KERNELS(gemv_bf16, gemv_dense, DT_BF16, 4)
+GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)

@@ -1,0 +1,377 @@
+//! Launching the GEMV kernels (kernels/gemv_common.cuh, gemv_dense.cu,
+//! gemv_grouped.cu): the segment table of a launch (up to three matrices
+//! that read the same x), what it does around its product (a fused input
+//! norm, a residual add), the kernel for a weight format, and the launch
+//! geometry (warps per row, persistent grids for the kernels that prepare
+//! x in shared memory). The MoE layer's per-token jobs launch through
+//! [`gemv`]. It must not synchronise with the host.
+
+use turbospark_backend::Quant;
+
+use crate::kernels::Arg;
+use crate::weight::{CudaWeight, Dense, WeightData};
+use crate::{Cuda, CudaTensor, Precision};
+
+/// Warps per GEMV block.
+const GEMV_WARPS_PER_BLOCK: u32 = 8;
+/// Output rows one warp computes: 1 for dense weights, `GR` = 4 for the
+/// grouped formats (kernels/gemv_grouped.cu), which share each x load over 4 rows.
+const fn rows_per_warp(grouped: bool) -> u32 {
+    if grouped { 4 } else { 1 }
+}
+
+/// Warps per output row (or row quad) in a GEMV: the fewest of 1, 2, 4, 8
+/// that give about four blocks per SM. A GEMV is only as fast as the weight
+/// bytes it has in flight, so a small matrix (a KV projection, a router)
+/// splits its rows over more warps rather than leave SMs idle.
+fn warps_per_row(sm_count: u32, jobs: u32, m: u32, per_warp: u32) -> u32 {
+    let want = 4 * sm_count;
+    [1, 2, 4, 8]
+        .into_iter()
+        .find(|&w| jobs.saturating_mul(gemv_blocks(m, w, per_warp)) >= want)
+        .unwrap_or(8)
+}
+
+/// Blocks along y of a persistent GEMV launch (integer activations, or a
+/// dense one with a fused norm) that has `blocks` blocks of work per job
+/// and room for `resident` blocks at once: each block takes the same
+/// number of them in turn (as few as fill the GPU), so the work is even
+/// and each block prepares its x row once.
+fn persistent_blocks(blocks: u32, jobs: u32, resident: u32) -> u32 {
+    let per_job = (resident / jobs.max(1)).max(1);
+    blocks.div_ceil(blocks.div_ceil(per_job))
+}
+
+/// Blocks along y for `m` output rows with `wpr` warps per row group.
+fn gemv_blocks(m: u32, wpr: u32, per_warp: u32) -> u32 {
+    m.div_ceil(GEMV_WARPS_PER_BLOCK / wpr * per_warp)
+}
+
+/// The x side of one GEMV launch (see kernels/gemv_common.cuh): `jobs`
+/// block-columns, each multiplying `nx` rows of x (starting at row
+/// `(job / x_div) · nx`) by the rows of expert `experts[job]` of each
+/// matrix (all of it when `experts` is 0), into rows `job · nx ..` of that
+/// matrix's output.
+pub struct GemvJob {
+    pub x: u64,
+    pub experts: u64,
+    pub jobs: u32,
+    pub nx: u32,
+    pub x_div: u32,
+    pub k: u32,
+}
+
+/// The GEMV job of a plain linear: every row of `x` times each matrix.
+pub(crate) fn x_job(be: &Cuda, x: &CudaTensor) -> GemvJob {
+    GemvJob {
+        x: be.ptr(&x.data),
+        experts: 0,
+        jobs: 1,
+        nx: x.rows as u32,
+        x_div: 1,
+        k: x.cols as u32,
+    }
+}
+
+/// Whether one-row GEMVs of format `w` with rows of `k` values can read x
+/// through a fused norm: the integer-activation kernels (which round x in
+/// shared memory anyway), and the dense ones where x (k f32) fits in shared
+/// memory and is whole 8-value chunks.
+pub(crate) fn norm_prologue(be: &Cuda, w: &WeightData, k: u32) -> bool {
+    match w {
+        WeightData::Dense { .. } => k.is_multiple_of(8) && k * 4 <= MAX_DYNAMIC_SHARED,
+        _ => qx_path(be, w, k),
+    }
+}
+
+/// Whether one-row GEMVs of grouped format `w` take the integer-activation
+/// kernels (kernels/gemv_grouped.cu): unless f32-level results are asked for, and
+/// while the rounded x fits in shared memory.
+fn qx_path(be: &Cuda, w: &WeightData, k: u32) -> bool {
+    be.precision() == Precision::Bf16 && grouped_qx_shared(w, k) <= MAX_DYNAMIC_SHARED
+}
+
+/// Launches the GEMV kernel for `w`'s format into `out`, `m` rows of W per
+/// job (an expert's rows when the job picks experts); the bias (dense, one
+/// value per row of W, per expert) is added in the kernel.
+pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, out: u64, m: u32, j: &GemvJob) {
+    launch_gemv(be, &[(w, bias, out, m)], j, &GemvEdges::default());
+}
+
+/// One GEMV launch for several matrices of one format and input width
+/// (`GemvSegs` in kernels/gemv_common.cuh): `x` `[nx, k]` times each `w`, plus its
+/// bias, into its `out` `[nx, w.rows()]`.
+pub(crate) fn gemv_segments(
+    be: &Cuda,
+    x: &CudaTensor,
+    parts: &[(&CudaWeight, Option<&CudaWeight>)],
+    outs: &mut [&mut CudaTensor],
+    edges: &GemvEdges,
+) {
+    let segs: Vec<_> = parts
+        .iter()
+        .zip(outs.iter())
+        .map(|(&(w, b), out)| (w, b, be.ptr(&out.data), w.rows() as u32))
+        .collect();
+    launch_gemv(be, &segs, &x_job(be, x), edges);
+}
+
+/// Whether `a` and `b` take the same GEMV kernel (one launch can hold
+/// both).
+pub fn same_gemv_kernel(a: &CudaWeight, b: &CudaWeight) -> bool {
+    match (&a.data, &b.data) {
+        (WeightData::Dense { dtype: x, .. }, WeightData::Dense { dtype: y, .. }) => x == y,
+        (WeightData::Mxfp4 { .. }, WeightData::Mxfp4 { .. }) => true,
+        (WeightData::Quantized { quant: x, .. }, WeightData::Quantized { quant: y, .. }) => x == y,
+        _ => false,
+    }
+}
+
+/// The kernel's segment table (`struct GemvSegs` in kernels/gemv_common.cuh).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct GemvSegs {
+    w: [u64; MAX_SEGS],
+    scales: [u64; MAX_SEGS],
+    bias: [u64; MAX_SEGS],
+    out: [u64; MAX_SEGS],
+    m: [u32; MAX_SEGS],
+    count: u32,
+    norm: u64,
+    normed: u64,
+    norm_dt: i32,
+    eps: f32,
+    accumulate: u32,
+}
+
+/// What a GEMV launch does around its product (the last fields of
+/// `GemvSegs`; one row of x and one job only): read x through an RMSNorm
+/// (its weights and eps), also writing the normed row to `normed` (a device
+/// address, 0 for none), and add into the outputs instead of overwriting
+/// them.
+#[derive(Default)]
+pub struct GemvEdges<'a> {
+    pub norm: Option<(&'a CudaWeight, f32)>,
+    pub normed: u64,
+    pub accumulate: bool,
+}
+
+/// Most matrices one GEMV launch holds (`GEMV_MAX_SEGS`).
+pub const MAX_SEGS: usize = 3;
+
+/// `segs`: (weight, bias, output address, rows per job) of the same kernel.
+pub(crate) fn launch_gemv(
+    be: &Cuda,
+    segs: &[(&CudaWeight, Option<&CudaWeight>, u64, u32)],
+    j: &GemvJob,
+    edges: &GemvEdges,
+) {
+    assert!(
+        j.nx as usize <= 4 && j.nx > 0,
+        "gemv: {} rows of x per job",
+        j.nx
+    );
+    assert!(
+        !segs.is_empty() && segs.len() <= MAX_SEGS,
+        "gemv: {} matrices in one launch",
+        segs.len()
+    );
+    let w0 = segs[0].0;
+    assert!(
+        segs.iter().all(|s| same_gemv_kernel(w0, s.0)),
+        "gemv: matrices of different formats in one launch"
+    );
+    let grouped = !matches!(w0.data, WeightData::Dense { .. });
+    let per_warp = rows_per_warp(grouped);
+    let mut table = GemvSegs {
+        count: segs.len() as u32,
+        ..GemvSegs::default()
+    };
+    let mut bias_dt = None;
+    for (i, &(w, bias, out, m)) in segs.iter().enumerate() {
+        let (codes, scales) = match &w.data {
+            WeightData::Dense { bytes, .. } => (be.ptr(bytes), 0),
+            WeightData::Mxfp4 { blocks, scales } => (be.ptr(blocks), be.ptr(scales)),
+            WeightData::Quantized { codes, scales, .. } => (be.ptr(codes), be.ptr(scales)),
+        };
+        assert!(
+            !grouped || j.k.is_multiple_of(32),
+            "gemv: grouped rows of {} values",
+            j.k
+        );
+        if let Some(b) = bias {
+            let (ptr, dt) = b.dense_ptr(be, "bias");
+            assert!(
+                bias_dt.is_none_or(|d| d == dt),
+                "gemv: biases of different dtypes in one launch"
+            );
+            bias_dt = Some(dt);
+            table.bias[i] = ptr;
+        }
+        (table.w[i], table.scales[i], table.out[i], table.m[i]) = (codes, scales, out, m);
+    }
+    // Rows laid end to end, each segment padded to whole warps' rows.
+    let rows: u32 = segs.iter().map(|s| s.3.next_multiple_of(per_warp)).sum();
+    // One row of x (decode) has kernels of its own with fewer registers;
+    // the grouped formats' take integer activations unless f32-level
+    // results are asked for (kernels/gemv_grouped.cu).
+    let one = j.nx == 1;
+    let qx = grouped && one && qx_path(be, &w0.data, j.k);
+    if let Some((norm, eps)) = edges.norm {
+        assert!(
+            one && j.jobs == 1 && norm_prologue(be, &w0.data, j.k),
+            "gemv: a fused norm needs one row of x and a kernel that reads it so"
+        );
+        assert_eq!(
+            norm.numel(),
+            j.k as usize,
+            "gemv: norm weights for another width"
+        );
+        let (ptr, dt) = norm.dense_ptr(be, "norm");
+        (table.norm, table.norm_dt, table.eps, table.normed) = (ptr, dt, eps, edges.normed);
+    }
+    table.accumulate = edges.accumulate.into();
+    let mut wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
+    if qx {
+        wpr = wpr.min(qx_warps_cap(j.k));
+    }
+    let blocks = gemv_blocks(rows, wpr, per_warp);
+    assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");
+    let k = &be.k;
+    let f = match &w0.data {
+        WeightData::Dense { dtype, .. } => match (dtype, one) {
+            (Dense::F32, true) => &k.gemv_f32_x1,
+            (Dense::F32, false) => &k.gemv_f32,
+            (Dense::Bf16, true) => &k.gemv_bf16_x1,
+            (Dense::Bf16, false) => &k.gemv_bf16,
+            (Dense::F16, true) => &k.gemv_f16_x1,
+            (Dense::F16, false) => &k.gemv_f16,
+        },
+        WeightData::Mxfp4 { .. } if qx => &k.gemv_mxfp4_qx,
+        WeightData::Mxfp4 { .. } if one => &k.gemv_mxfp4_x1,
+        WeightData::Mxfp4 { .. } => &k.gemv_mxfp4,
+        WeightData::Quantized { quant, .. } => match (quant, one, qx) {
+            (Quant::Int8, _, true) => &k.gemv_q8_qx,
+            (Quant::Int8, true, false) => &k.gemv_q8_x1,
+            (Quant::Int8, false, _) => &k.gemv_q8,
+            (Quant::Int4, _, true) => &k.gemv_q4_qx,
+            (Quant::Int4, true, false) => &k.gemv_q4_x1,
+            (Quant::Int4, false, _) => &k.gemv_q4,
+        },
+    };
+    let args = [
+        Arg::Segs(Box::new(table)),
+        Arg::Ptr(j.x),
+        Arg::I32(bias_dt.unwrap_or(0)),
+        Arg::Ptr(j.experts),
+        Arg::U32(j.nx),
+        Arg::U32(j.x_div),
+        Arg::U32(j.k),
+        Arg::U32(wpr),
+    ];
+    let threads = 32 * GEMV_WARPS_PER_BLOCK;
+    // The integer-activation kernels round x into shared memory, and dense
+    // ones with a fused norm stage w_norm · x (k f32) there; both then run
+    // persistent, so each block prepares x once.
+    let shared = match (qx, edges.norm.is_some()) {
+        (true, _) => Some(grouped_qx_shared(&w0.data, j.k)),
+        (false, true) => Some(4 * j.k),
+        (false, false) => None,
+    };
+    match shared {
+        Some(shared) => {
+            let per_sm = f
+                .occupancy_max_active_blocks_per_multiprocessor(threads, shared as usize, None)
+                .unwrap_or_else(|e| panic!("CUDA: occupancy query: {e}"));
+            let grid_y = persistent_blocks(blocks, j.jobs, per_sm.max(1) * be.sm_count);
+            be.launch_shared(f, (j.jobs, grid_y, 1), threads, shared, &args);
+        }
+        None => be.launch(f, (j.jobs, blocks, 1), threads, &args),
+    }
+}
+
+/// Groups a lane of an integer-activation GEMV has in flight
+/// (`QX_UNROLL` in kernels/gemv_grouped.cu).
+const QX_UNROLL: u32 = 2;
+
+/// Most warps per row quad of an integer-activation GEMV with rows of `k`
+/// values: its lanes take whole 32-value groups, [`QX_UNROLL`] at a time,
+/// so more warps than a row's groups fill that way would idle.
+fn qx_warps_cap(k: u32) -> u32 {
+    let fill = (k / 32 / (32 * QX_UNROLL)).max(1);
+    1 << fill.ilog2()
+}
+
+/// Dynamic shared memory a block may use without opting in.
+const MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
+
+/// Shared bytes of an integer-activation GEMV block for rows of `k`
+/// values: one code a value (int16 for MXFP4, int8 for int8/int4) and one
+/// f32 step per 32.
+fn grouped_qx_shared(w: &WeightData, k: u32) -> u32 {
+    let code = if matches!(w, WeightData::Mxfp4 { .. }) {
+        2
+    } else {
+        1
+    };
+    k * code + k / 32 * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The launch geometry on an H200 (132 SMs): big matrices keep one warp
+    /// per row, small ones spread over more warps until about four blocks
+    /// per SM are in flight, and the count never goes past eight.
+    #[test]
+    fn warps_per_row_fill_the_gpu() {
+        let sms = 132;
+        // Llama-8B gate+up (28,672 rows): 3,584 blocks with one warp a row.
+        assert_eq!(warps_per_row(sms, 1, 28_672, 1), 1);
+        assert_eq!(gemv_blocks(28_672, 1, 1), 3_584);
+        // q+k+v (6,144 rows): 768 blocks already fill it.
+        assert_eq!(warps_per_row(sms, 1, 6_144, 1), 1);
+        // A KV projection alone (1,024 rows): four warps a row would give
+        // 512 blocks, short of 528, so eight.
+        assert_eq!(warps_per_row(sms, 1, 1_024, 1), 8);
+        assert_eq!(gemv_blocks(1_024, 4, 1), 512);
+        assert_eq!(gemv_blocks(1_024, 8, 1), 1_024);
+        // A 32-expert router: as many warps as a row can have.
+        assert_eq!(warps_per_row(sms, 1, 32, 1), 8);
+        // Four MXFP4 expert jobs of 5,760 rows, four rows per warp.
+        assert_eq!(warps_per_row(sms, 4, 5_760, 4), 1);
+        assert_eq!(gemv_blocks(5_760, 1, 4), 180);
+        // Grouped segments are padded to whole quads: 37 rows take 10 warps'
+        // worth (40 rows) of blocks.
+        assert_eq!(gemv_blocks(37_u32.next_multiple_of(4), 8, 4), 10);
+    }
+
+    #[test]
+    fn persistent_blocks_share_the_work_evenly() {
+        // Llama-8B int4 gate+up: 896 blocks of work, 528 resident: two
+        // each for 448 blocks.
+        assert_eq!(persistent_blocks(896, 1, 528), 448);
+        // Fewer than fit: one each.
+        assert_eq!(persistent_blocks(300, 1, 528), 300);
+        // Four MXFP4 expert jobs of 180 blocks, 396 resident (99 a job).
+        assert_eq!(persistent_blocks(180, 4, 396), 90);
+        // More jobs than resident blocks: still one block a job.
+        assert_eq!(persistent_blocks(7, 600, 396), 1);
+    }
+
+    #[test]
+    fn integer_activation_warps_stay_within_a_rows_groups() {
+        // A warp's lanes take 32 groups a step, two steps at a time.
+        // gpt-oss rows (2,880 values = 90 groups) and anything up to 127
+        // groups: one warp a row quad.
+        assert_eq!(qx_warps_cap(2_880), 1);
+        assert_eq!(qx_warps_cap(32), 1);
+        // Llama-8B's 4,096 (128 groups): two; the down projection's
+        // 14,336 (448 groups, 7 batches): four, not seven.
+        assert_eq!(qx_warps_cap(4_096), 2);
+        assert_eq!(qx_warps_cap(14_336), 4);
+        // Wide rows leave warps_per_row's choice (at most 8) alone.
+        assert_eq!(qx_warps_cap(65_536), 32);
+    }
+}
