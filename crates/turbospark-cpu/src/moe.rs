@@ -2,10 +2,12 @@
 //! (each expert's tokens are gathered and run as one batched linear, so
 //! prefill reuses the GEMM path), then a weighted scatter-add.
 //!
-//! Summation order, which changes results in floating point: `out` starts at
-//! zero and experts are visited in ascending index, so every row adds its
-//! selected experts in ascending expert index, as transformers' loop does.
-//! Each expert's output includes its down bias before it is weighted.
+//! Summation order, which changes results in floating point: each row's sum
+//! starts at zero and experts are visited in ascending index, so every row
+//! adds its selected experts in ascending expert index, as transformers'
+//! loop does; the finished sum is then added to what `out` holds (the
+//! residual stream). Each expert's output includes its down bias before it
+//! is weighted.
 
 use turbospark_backend::{Experts, MoeParams};
 use turbospark_format::{ExpertAct, Routing};

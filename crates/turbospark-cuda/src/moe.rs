@@ -18,7 +18,8 @@
 //!
 //! Numerics and order are the CPU's (crates/turbospark-cpu/src/moe.rs):
 //! biases are added before the activation and before the weighting, and a
-//! token's weighted outputs are summed from zero in ascending expert index.
+//! token's weighted outputs are summed from zero in ascending expert index,
+//! and the sum is added to `out` (the residual stream).
 
 use turbospark_backend::{Experts, MoeParams};
 use turbospark_format::{ExpertAct, Routing};
