@@ -3,6 +3,11 @@
 //! the relative-error check. Each binary uses a subset.
 #![allow(dead_code)]
 
+mod tolerances;
+// Not every binary checks against every bound.
+#[allow(unused_imports)]
+pub use tolerances::*;
+
 use turbospark_backend::{Backend, Quant};
 use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
 use turbospark_cuda::{Cuda, CudaTensor, CudaWeight};

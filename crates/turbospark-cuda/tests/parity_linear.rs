@@ -1,0 +1,486 @@
+//! The CUDA backend's products against the CPU reference: `linear` (GEMV
+//! and GEMM regimes, every weight format), several weights in one launch
+//! (`linears`), the input norm read through the projections
+//! (`rms_norm_linears`), the output projection into the residual stream
+//! (`linear_add`), and MoE (per-token jobs and the grouped prefill path).
+//! Both backends get the same weight bytes. Tolerances:
+//! `common/tolerances.rs`.
+//!
+//! Without a CUDA device each test prints "skipped: no CUDA device" and
+//! passes.
+
+use turbospark_backend::{Backend, Experts, MoeParams, Quant};
+use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
+use turbospark_cuda::gemm::XType;
+use turbospark_cuda::{Cuda, CudaTensor, CudaWeight, Precision};
+use turbospark_format::{DType, ExpertAct, Routing};
+
+mod common;
+
+use common::*;
+
+/// One linear on both backends; bias of `bias` dtype when given.
+fn linear_case(
+    g: &Cuda,
+    rng: &mut Rng,
+    w: &(CpuWeight, CudaWeight),
+    n: usize,
+    bias: Option<DType>,
+    what: &str,
+) {
+    let (k, m) = (w.0.cols(), w.0.rows());
+    let b = bias.map(|dt| weight(g, &rng.vec(m, 1.0), &[m], dt));
+    let (cx, gx) = tensors(g, &rng.vec(n * k, 1.0), n, k);
+    let (mut c, mut o) = (Cpu.tensor(n, m), g.tensor(n, m));
+    Cpu.linear(&cx, &w.0, b.as_ref().map(|b| &b.0), &mut c);
+    g.linear(&gx, &w.1, b.as_ref().map(|b| &b.1), &mut o);
+    let tol = match (n < 4, XType::of(&w.1)) {
+        (true, _) => gemv_tol(g, &w.1, n),
+        (false, XType::F32) => GEMM_F32_TOL,
+        (false, XType::Bf16) => GEMM_BF16_TOL,
+    };
+    check(
+        &format!("linear {what} n={n} k={k} m={m} bias={bias:?}"),
+        g,
+        &o,
+        &c,
+        tol,
+    );
+}
+
+#[test]
+fn linear_dense_formats_in_both_regimes() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(7);
+    for (k, m) in [(7, 5), (33, 70), (64, 130), (2880, 96)] {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let w = weight(&g, &rng.vec(m * k, 0.5), &[m, k], dtype);
+            for n in [1, 3, 5, 64] {
+                for bias in [None, Some(DType::F32), Some(DType::BF16)] {
+                    linear_case(&g, &mut rng, &w, n, bias, &format!("{dtype:?}"));
+                }
+            }
+        }
+    }
+}
+
+/// In both precisions: one row of x takes the integer-activation kernels
+/// in `Bf16`, the f32 ones in `F32`. 40,000 rows are more blocks of work
+/// than fit on an H200 at once, so the persistent integer-activation
+/// blocks take three turns each.
+#[test]
+fn linear_grouped_formats_in_both_regimes() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng(8);
+    for (precision, k, m) in [
+        (Precision::Bf16, 32, 5),
+        (Precision::Bf16, 64, 70),
+        (Precision::Bf16, 2880, 96),
+        (Precision::Bf16, 14336, 40),
+        (Precision::Bf16, 64, 40_000),
+        (Precision::F32, 64, 70),
+        (Precision::F32, 2880, 96),
+    ] {
+        g.set_precision(precision);
+        let mut formats = vec![("mxfp4".to_string(), mxfp4(&g, &mut rng, &[m], k))];
+        for q in [Quant::Int8, Quant::Int4] {
+            formats.push((
+                format!("{q:?}"),
+                quantized(&g, &rng.vec(m * k, 0.5), [m, k], q),
+            ));
+        }
+        for (name, w) in &formats {
+            for n in [1, 3, 5, 64] {
+                let what = format!("{name} {precision:?}");
+                linear_case(&g, &mut rng, w, n, Some(DType::BF16), &what);
+            }
+        }
+    }
+}
+
+type Pair = (CpuWeight, CudaWeight);
+
+/// Weights `[m, k]` of format `fmt` (bf16, f32, mxfp4, int8, int4) for
+/// each m, and a bf16 bias for every part but the second.
+fn weight_set(
+    g: &Cuda,
+    rng: &mut Rng,
+    fmt: &str,
+    k: usize,
+    ms: &[usize],
+) -> (Vec<Pair>, Vec<Option<Pair>>) {
+    let ws = ms
+        .iter()
+        .map(|&m| match fmt {
+            "bf16" => weight(g, &rng.vec(m * k, 0.5), &[m, k], DType::BF16),
+            "f32" => weight(g, &rng.vec(m * k, 0.5), &[m, k], DType::F32),
+            "mxfp4" => mxfp4(g, rng, &[m], k),
+            "int8" => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int8),
+            _ => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int4),
+        })
+        .collect();
+    let biases = ms
+        .iter()
+        .enumerate()
+        .map(|(i, &m)| (i != 1).then(|| weight(g, &rng.vec(m, 1.0), &[m], DType::BF16)))
+        .collect();
+    (ws, biases)
+}
+
+/// The GPU side of a [`weight_set`], as `linears` takes it.
+fn gpu_parts<'a>(
+    ws: &'a [Pair],
+    biases: &'a [Option<Pair>],
+) -> Vec<(&'a CudaWeight, Option<&'a CudaWeight>)> {
+    ws.iter()
+        .zip(biases)
+        .map(|(w, b)| (&w.1, b.as_ref().map(|b| &b.1)))
+        .collect()
+}
+
+/// Each of `outs` against the CPU's `x · Wᵢᵀ + biasᵢ` for the parts of a
+/// [`weight_set`], at the GEMV bounds of `x`'s row count.
+fn check_parts(
+    g: &Cuda,
+    x: &CpuTensor,
+    ws: &[Pair],
+    biases: &[Option<Pair>],
+    outs: &[CudaTensor],
+    what: &str,
+) {
+    let n = Cpu.shape(x).0;
+    for (i, ((w, b), out)) in ws.iter().zip(biases).zip(outs).enumerate() {
+        let mut c = Cpu.tensor(n, w.0.rows());
+        Cpu.linear(x, &w.0, b.as_ref().map(|b| &b.0), &mut c);
+        check(
+            &format!("{what} part {i}"),
+            g,
+            out,
+            &c,
+            gemv_tol(g, &w.1, n),
+        );
+    }
+}
+
+/// Several weights in one GEMV launch (`linears`: q/k/v, gate/up) give each
+/// weight its own product: segments of odd row counts (padded to a warp's
+/// rows), every format, biases on some parts, 1 and 3 rows of x; and large
+/// segments (one warp per row).
+#[test]
+fn linears_share_one_launch_per_format() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(24);
+    for (k, ms) in [(64, vec![37, 5, 12]), (2880, vec![4096, 512, 512])] {
+        for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+            let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
+            let parts = gpu_parts(&ws, &biases);
+            for n in [1, 3] {
+                let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
+                let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(n, m)).collect();
+                g.linears(&gx, &parts, &mut outs.iter_mut().collect::<Vec<_>>());
+                let what = format!("linears {fmt} k={k} n={n}");
+                check_parts(&g, &cx, &ws, &biases, &outs, &what);
+            }
+        }
+    }
+}
+
+/// A block's input norm and its first projections (`rms_norm_linears`):
+/// one row of x takes the fused GEMVs (dense: w_norm · x staged in shared
+/// memory; integer activations: w_norm · x rounded, the norm's factor
+/// applied to each sum), with and without the normed row written out
+/// (block (0, 0)'s copy); 3 rows and `Precision::F32`'s grouped formats
+/// take the norm kernel, then `linears`. x has rms 3 and the norm weights
+/// rms 2, so a missing norm, factor or weight is off by far more than the
+/// tolerances; widths 64, 2880 (gpt-oss) and 4096 (Llama); bf16 and f32
+/// norm weights.
+#[test]
+fn rms_norm_linears_reads_x_through_the_norm() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng(23);
+    for precision in [Precision::Bf16, Precision::F32] {
+        g.set_precision(precision);
+        for (k, ms) in [(64, vec![37, 5]), (2880, vec![512, 32]), (4096, vec![1024])] {
+            for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+                let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
+                let parts = gpu_parts(&ws, &biases);
+                // f32 norm weights are how Gemma's (1 + w) norms arrive.
+                let dt = if k == 2880 { DType::F32 } else { DType::BF16 };
+                let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], dt);
+                for (n, write_normed) in [(1, true), (1, false), (3, true)] {
+                    let (cx, gx) = tensors(&g, &rng.vec(n * k, 3.0), n, k);
+                    let mut normed = Cpu.tensor(n, k);
+                    Cpu.rms_norm(&cx, &cn, 1e-5, &mut normed);
+                    let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(n, m)).collect();
+                    let mut g_normed = g.tensor(n, k);
+                    g.rms_norm_linears(
+                        &gx,
+                        &gn,
+                        1e-5,
+                        &parts,
+                        &mut outs.iter_mut().collect::<Vec<_>>(),
+                        write_normed.then_some(&mut g_normed),
+                    );
+                    let what = format!("rms_norm_linears {fmt} {precision:?} k={k} n={n}");
+                    if write_normed {
+                        check(&format!("{what} normed"), &g, &g_normed, &normed, F32_TOL);
+                    }
+                    check_parts(&g, &normed, &ws, &biases, &outs, &what);
+                }
+            }
+        }
+    }
+}
+
+/// An output projection into the residual stream (`linear_add`): the
+/// one-row and three-row GEMVs add into the accumulator as they store, the
+/// GEMM (5 and 64 rows) with beta = 1; biases included. What is checked is
+/// the change of the accumulator (rms 3 before) against the CPU's product,
+/// so the product's own error is what the tolerance bounds.
+#[test]
+fn linear_add_accumulates_the_product() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(26);
+    for (k, m) in [(64, 37), (2880, 512)] {
+        for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+            let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m]);
+            let (w, b) = (&ws[0], biases[0].as_ref());
+            for n in [1, 3, 5, 64] {
+                let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
+                let before = rng.vec(n * m, 3.0);
+                let (_, mut acc) = tensors(&g, &before, n, m);
+                g.linear_add(&gx, &w.1, b.map(|b| &b.1), &mut acc);
+                let delta: Vec<f32> = g
+                    .to_host(&acc)
+                    .iter()
+                    .zip(&before)
+                    .map(|(a, b)| a - b)
+                    .collect();
+                let (_, delta) = tensors(&g, &delta, n, m);
+                let mut c = Cpu.tensor(n, m);
+                Cpu.linear(&cx, &w.0, b.map(|b| &b.0), &mut c);
+                let tol = match (n < 4, XType::of(&w.1)) {
+                    (true, _) => gemv_tol(&g, &w.1, n),
+                    (false, XType::F32) => GEMM_F32_TOL,
+                    (false, XType::Bf16) => GEMM_BF16_TOL,
+                };
+                check(
+                    &format!("linear_add {fmt} k={k} m={m} n={n}"),
+                    &g,
+                    &delta,
+                    &c,
+                    tol,
+                );
+            }
+        }
+    }
+}
+
+/// One layer's experts `[experts, 2·width, hidden]` / `[experts, hidden,
+/// width]` on both backends, with a bf16 gate_up bias and an f32 down bias
+/// when `biases`. MXFP4 experts get scales 2^−5 ..= 2^−4: outputs of a
+/// magnitude at which the biases matter, and no 2^7 spread of row scales
+/// (which would inflate the bf16 paths' max |Δ| / rms; see the header).
+struct ExpertSet {
+    gate_up: (CpuWeight, CudaWeight),
+    down: (CpuWeight, CudaWeight),
+    gate_up_bias: Option<(CpuWeight, CudaWeight)>,
+    down_bias: Option<(CpuWeight, CudaWeight)>,
+}
+
+impl ExpertSet {
+    fn new(g: &Cuda, rng: &mut Rng, mx: bool, shape: [usize; 3], biases: bool) -> Self {
+        let [experts, hidden, width] = shape;
+        let (gate_up, down) = if mx {
+            (
+                mxfp4_scaled(g, rng, &[experts, 2 * width], hidden, 122..=123),
+                mxfp4_scaled(g, rng, &[experts, hidden], width, 122..=123),
+            )
+        } else {
+            (
+                weight(
+                    g,
+                    &rng.vec(experts * 2 * width * hidden, 0.3),
+                    &[experts, 2 * width, hidden],
+                    DType::BF16,
+                ),
+                weight(
+                    g,
+                    &rng.vec(experts * hidden * width, 0.3),
+                    &[experts, hidden, width],
+                    DType::BF16,
+                ),
+            )
+        };
+        let gate_up_bias = biases.then(|| {
+            weight(
+                g,
+                &rng.vec(experts * 2 * width, 0.5),
+                &[experts, 2 * width],
+                DType::BF16,
+            )
+        });
+        let down_bias = biases.then(|| {
+            weight(
+                g,
+                &rng.vec(experts * hidden, 0.5),
+                &[experts, hidden],
+                DType::F32,
+            )
+        });
+        ExpertSet {
+            gate_up,
+            down,
+            gate_up_bias,
+            down_bias,
+        }
+    }
+
+    fn cpu(&self) -> Experts<'_, CpuWeight> {
+        Experts {
+            gate_up: &self.gate_up.0,
+            gate_up_bias: self.gate_up_bias.as_ref().map(|b| &b.0),
+            down: &self.down.0,
+            down_bias: self.down_bias.as_ref().map(|b| &b.0),
+        }
+    }
+
+    fn gpu(&self) -> Experts<'_, CudaWeight> {
+        Experts {
+            gate_up: &self.gate_up.1,
+            gate_up_bias: self.gate_up_bias.as_ref().map(|b| &b.1),
+            down: &self.down.1,
+            down_bias: self.down_bias.as_ref().map(|b| &b.1),
+        }
+    }
+}
+
+/// One `moe` call on both backends with random x and router logits; the
+/// experts in `never` get logits far below every other, so no row selects
+/// them. Fewer than 4 rows run the per-token GEMV jobs (f32 tolerance),
+/// more the grouped bf16 GEMMs.
+fn moe_case(
+    g: &Cuda,
+    rng: &mut Rng,
+    set: &ExpertSet,
+    p: &MoeParams,
+    rows: usize,
+    never: &[usize],
+    what: &str,
+) {
+    let (experts, hidden) = (p.num_experts, set.gate_up.0.cols());
+    let mut logits = rng.vec(rows * experts, 3.0);
+    for r in 0..rows {
+        for &e in never {
+            logits[r * experts + e] = -30.0;
+        }
+    }
+    let (cx, gx) = tensors(g, &rng.vec(rows * hidden, 1.0), rows, hidden);
+    let (cl, gl) = tensors(g, &logits, rows, experts);
+    let (mut c, mut o) = (Cpu.tensor(rows, hidden), g.tensor(rows, hidden));
+    Cpu.moe(&cx, &cl, &set.cpu(), p, &mut c);
+    g.moe(&gx, &gl, &set.gpu(), p, &mut o);
+    // The per-token jobs (< 4 rows) are GEMVs on one row each.
+    let tol = match (g.precision(), rows < 4) {
+        (_, true) => gemv_tol(g, &set.gate_up.1, 1),
+        (Precision::F32, false) => F32_TOL,
+        (Precision::Bf16, false) => MOE_GROUPED_TOL,
+    };
+    check(&format!("moe {what} {p:?} rows={rows}"), g, &o, &c, tol);
+    // The sum is added to what `out` holds (the residual stream): a second
+    // call doubles it.
+    Cpu.moe(&cx, &cl, &set.cpu(), p, &mut c);
+    g.moe(&gx, &gl, &set.gpu(), p, &mut o);
+    check(
+        &format!("moe {what} {p:?} rows={rows}, twice"),
+        g,
+        &o,
+        &c,
+        tol,
+    );
+}
+
+#[test]
+fn moe_routing_modes_activations_and_formats() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng(11);
+    let (experts, hidden, width) = (8, 64, 32);
+    let routings = [
+        Routing::TopKSoftmax,
+        Routing::SoftmaxTopK { renormalize: false },
+        Routing::SoftmaxTopK { renormalize: true },
+    ];
+    let acts = [
+        ExpertAct::SwiGlu,
+        ExpertAct::ClampedSwiGlu {
+            alpha: 1.702,
+            limit: 7.0,
+        },
+    ];
+    for mx in [false, true] {
+        for biases in [false, true] {
+            let set = ExpertSet::new(&g, &mut rng, mx, [experts, hidden, width], biases);
+            for (routing, act, top_k) in [
+                (routings[0], acts[1], 4),
+                (routings[1], acts[0], 2),
+                (routings[2], acts[0], 3),
+                (routings[2], acts[1], 1),
+            ] {
+                let p = MoeParams {
+                    num_experts: experts,
+                    top_k,
+                    width,
+                    routing,
+                    act,
+                };
+                for precision in [Precision::Bf16, Precision::F32] {
+                    g.set_precision(precision);
+                    for rows in [1, 3, 5, 33] {
+                        let what = format!("mxfp4={mx} biases={biases} {precision:?}");
+                        moe_case(&g, &mut rng, &set, &p, rows, &[], &what);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The grouped (prefill) path on 37 rows: 12 experts, one of which no row
+/// selects (an expert with no rows is skipped) while the others get
+/// different row counts; top-2 and top-4; both routing orders (and
+/// renormalisation); both activations; MXFP4 and bf16 experts with biases.
+/// The bf16 experts have sizes that are not multiples of 8 (36 × 20), so
+/// expert slices and gathered row blocks start at addresses cuBLAS cannot
+/// read with 16-byte vectors.
+#[test]
+fn moe_grouped_prefill_by_expert() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(23);
+    let experts = 12;
+    let clamped = ExpertAct::ClampedSwiGlu {
+        alpha: 1.702,
+        limit: 7.0,
+    };
+    for (mx, hidden, width) in [(true, 96, 64), (false, 36, 20)] {
+        let set = ExpertSet::new(&g, &mut rng, mx, [experts, hidden, width], true);
+        for (routing, act, top_k) in [
+            (Routing::TopKSoftmax, clamped, 4),
+            (Routing::TopKSoftmax, ExpertAct::SwiGlu, 2),
+            (
+                Routing::SoftmaxTopK { renormalize: true },
+                ExpertAct::SwiGlu,
+                4,
+            ),
+            (Routing::SoftmaxTopK { renormalize: false }, clamped, 2),
+        ] {
+            let p = MoeParams {
+                num_experts: experts,
+                top_k,
+                width,
+                routing,
+                act,
+            };
+            moe_case(&g, &mut rng, &set, &p, 37, &[5], &format!("mxfp4={mx}"));
+        }
+    }
+}
