@@ -139,6 +139,7 @@ pub trait Backend: Send + Sync {
     /// Bytes the weight occupies on the device.
     fn weight_bytes(&self, w: &Self::Weight) -> usize;
 
+    /// A `[rows, cols]` tensor of zeros.
     fn tensor(&self, rows: usize, cols: usize) -> Self::Tensor;
     fn shape(&self, t: &Self::Tensor) -> (usize, usize);
     fn to_host(&self, t: &Self::Tensor) -> Vec<f32>;

@@ -284,6 +284,8 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
     assert_eq!(json["layers"], 1);
     assert_eq!(json["prompt_len"], 8);
     assert_eq!(json["gen_len"], 2);
+    // One untimed warmup by default (`--warmup`).
+    assert_eq!(json["warmup"], 1);
     for k in [
         "prefill_tok_s",
         "decode_tok_s",

@@ -2,9 +2,9 @@
 //! scales it), layers `h = x + post(attn(rmsnorm(x))); x = h +
 //! post(ffn(rmsnorm(h)))` where the `post` norms exist only in Gemma's
 //! sandwich layout (`crate::layers::residual` owns that wiring), the final
-//! RMSNorm, the LM head and Gemma 2's final soft-cap. Families decide how the pieces are named and loaded (dense or
-//! MoE feed-forward, which norms exist); the forward pass is written once,
-//! here. Sliding layers use the local RoPE table when the family has one.
+//! RMSNorm, the LM head and Gemma 2's final soft-cap. Families decide how
+//! the pieces are named and loaded (dense or MoE feed-forward, which norms
+//! exist); the forward pass is written once, here. Sliding layers use the local RoPE table when the family has one.
 
 use turbospark_backend::{Backend, RopeTable};
 use turbospark_format::{AttnSpan, DType, ModelSpec};

@@ -114,16 +114,9 @@ impl<B: Backend> MoeBlock<B> {
             down: &self.down,
             down_bias: self.down_bias.as_ref(),
         };
-        // The experts add their sum into the residual stream (into zeros
-        // first where a post-norm sits between).
-        match norms.post {
-            None => be.moe(&normed, &logits, &experts, &self.params, x),
-            Some(_) => {
-                let mut out = be.tensor(n, self.hidden);
-                be.moe(&normed, &logits, &experts, &self.params, &mut out);
-                norms.add_into(be, &out, x);
-            }
-        }
+        norms.add_output(be, x, |acc| {
+            be.moe(&normed, &logits, &experts, &self.params, acc)
+        });
     }
 }
 

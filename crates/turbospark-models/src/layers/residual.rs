@@ -2,8 +2,8 @@
 //! family: `x += post(block(rms_norm(x)))`. The block reads `x` through its
 //! input norm ([`BlockNorms::linears`]: the norm and the block's first
 //! projections are one backend operation, which a backend may fuse) and
-//! adds its output back ([`BlockNorms::project_into`]: the output
-//! projection accumulates into `x` where no post-norm sits between them).
+//! adds its output back ([`BlockNorms::add_output`]: the output projection
+//! or the experts accumulate into `x` where no post-norm sits between them).
 //! The post-norms exist only in Gemma's sandwich layout. It owns the order
 //! of those steps; the blocks own what happens between them.
 
@@ -42,27 +42,21 @@ impl<B: Backend> BlockNorms<'_, B> {
         bias: Option<&B::Weight>,
         x: &mut B::Tensor,
     ) {
-        match self.post {
-            None => be.linear_add(y, w, bias, x),
-            Some(_) => {
-                let mut out = be.tensor(be.shape(y).0, be.shape(x).1);
-                be.linear(y, w, bias, &mut out);
-                self.add_into(be, &out, x);
-            }
-        }
+        self.add_output(be, x, |acc| be.linear_add(y, w, bias, acc));
     }
 
-    /// `x += post(out)`: a block output that is not a plain projection
-    /// (the experts' weighted sum).
-    pub fn add_into(&self, be: &B, out: &B::Tensor, x: &mut B::Tensor) {
-        match self.post {
-            None => be.add(x, out),
-            Some(w) => {
-                let (rows, cols) = be.shape(out);
-                let mut normed = be.tensor(rows, cols);
-                be.rms_norm(out, w, self.eps, &mut normed);
-                be.add(x, &normed);
-            }
-        }
+    /// `x += post(out)` for a block output that `add` adds into the tensor
+    /// it is given: straight into `x` without a post-norm, else into zeros
+    /// (a new tensor), which are then normed and added.
+    pub fn add_output(&self, be: &B, x: &mut B::Tensor, add: impl FnOnce(&mut B::Tensor)) {
+        let Some(w) = self.post else {
+            return add(x);
+        };
+        let (rows, cols) = be.shape(x);
+        let mut out = be.tensor(rows, cols);
+        add(&mut out);
+        let mut normed = be.tensor(rows, cols);
+        be.rms_norm(&out, w, self.eps, &mut normed);
+        be.add(x, &normed);
     }
 }
