@@ -26,8 +26,10 @@
 //! binary on another machine), else from the repository's `tests/fixtures`;
 //! the measurement is `turbospark-testkit`'s, shared with the CPU tests.
 
+mod common;
+
 use turbospark_backend::argmax;
-use turbospark_cuda::{Cuda, Precision};
+use turbospark_cuda::Precision;
 use turbospark_models::{LoadOptions, Session, load_model_with, read_spec};
 use turbospark_testkit::{all_fixtures, compare_fixture, reference};
 
@@ -62,13 +64,7 @@ fn quantile(v: &[f32], q: f64) -> f32 {
 
 #[test]
 fn every_fixture_matches_transformers_on_the_gpu() {
-    let mut be = match Cuda::new() {
-        Ok(be) => be,
-        Err(e) => {
-            println!("skipped: no CUDA device ({e})");
-            return;
-        }
-    };
+    let Some(mut be) = common::gpu() else { return };
     println!("{} ({})", be.device_name(), be.arch());
     let mut failures = Vec::new();
     let dirs = all_fixtures();
@@ -111,10 +107,7 @@ fn every_fixture_matches_transformers_on_the_gpu() {
 /// buffer moves logits by O(std).
 #[test]
 fn recorded_decode_equals_eager_decode() {
-    let Ok(be) = Cuda::new() else {
-        println!("skipped: no CUDA device");
-        return;
-    };
+    let Some(be) = common::gpu() else { return };
     for dir in all_fixtures() {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let r = reference(&dir);

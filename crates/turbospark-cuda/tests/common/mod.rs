@@ -10,16 +10,29 @@ pub use tolerances::*;
 
 use turbospark_backend::{Backend, Quant};
 use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
-use turbospark_cuda::{Cuda, CudaTensor, CudaWeight};
+use turbospark_cuda::{Cuda, CudaError, CudaTensor, CudaWeight};
 use turbospark_format::{DType, HostTensor};
 
+/// The first GPU, or `None` (the test is skipped, saying so) where there
+/// is none: no driver library or no device. A device that is there but
+/// fails to start is a failure, not a skip.
 pub fn gpu() -> Option<Cuda> {
     match Cuda::new() {
         Ok(c) => Some(c),
-        Err(e) => {
+        Err(e) if absent(&e) => {
             println!("skipped: no CUDA device ({e})");
             None
         }
+        Err(e) => panic!("the CUDA device did not start: {e}"),
+    }
+}
+
+fn absent(e: &CudaError) -> bool {
+    use cudarc::driver::sys::CUresult;
+    match e {
+        CudaError::MissingLibrary(_) => true,
+        CudaError::Driver(d) => d.0 == CUresult::CUDA_ERROR_NO_DEVICE,
+        _ => false,
     }
 }
 
