@@ -34,13 +34,15 @@
 // end to end, each segment padded to a multiple of the rows a warp takes,
 // so small matrices share the GPU instead of each leaving it half idle.
 // `scales` is only read by the grouped formats; a null bias is none.
-// The last fields say what a launch does around its product (one row of x,
-// one job; src/linear.rs decides where): with `norm` non-null, x is read
-// through an RMSNorm with those weights (dtype norm_dt) and eps, and block
-// (0, 0) also writes the normed row to `normed` when that is non-null; with
-// `accumulate`, each output adds the product to what it holds (a residual
-// add) instead of being overwritten.
-// Must match `GemvSegs` in src/linear.rs.
+// The last fields say what a launch does around its product: with `norm`
+// non-null (one row of x, one job), x is read through an RMSNorm with those
+// weights (dtype norm_dt) and eps, and block (0, 0) also writes the normed
+// row to `normed` when that is non-null; with `accumulate`, each output
+// adds the product to what it holds (a residual add) instead of being
+// overwritten; with `glu` (one segment, an MoE expert's gate_up rows), the
+// rows come as gate/up pairs and the output is the activation of each
+// pair, half as wide (see glu_row below).
+// Must match `GemvSegs` in src/gemv.rs.
 struct GemvSegs {
     const void* w[GEMV_MAX_SEGS];
     const void* scales[GEMV_MAX_SEGS];
@@ -53,7 +55,35 @@ struct GemvSegs {
     int norm_dt;
     float eps;
     u32 accumulate;
+    int glu;
+    float glu_alpha;
+    float glu_limit;
 };
+
+// Gated activations fused into the store (`glu`): the layouts and formulas
+// of kernels/moe.cu's moe_act_at (the CPU's).
+#define GLU_NONE 0
+// SwiGlu: gate = rows [0, m/2), up = rows [m/2, m); silu(gate) · up.
+#define GLU_SWIGLU_HALVES 1
+// ClampedSwiGlu (gpt-oss): gate = even rows, up = odd rows; gate ≤ limit,
+// up in [−limit, limit], (up + 1) · gate · sigmoid(alpha · gate).
+#define GLU_CLAMPED_PAIRS 2
+
+// The kernels walk a glu launch's rows in pairs, virtual row 2c being gate
+// c and 2c + 1 up c, so that both rows of a pair land in one warp (grouped
+// formats: rows of a quad) or one block (dense: neighbouring warps). The
+// weight (and bias) row of virtual row v of an m-row job:
+__device__ __forceinline__ u32 glu_row(const GemvSegs& sg, u32 m, u32 v) {
+    return sg.glu == GLU_SWIGLU_HALVES ? (v >> 1) + (v & 1u) * (m / 2) : v;
+}
+
+// The activation of one (gate, up) pair, biases already added.
+__device__ __forceinline__ float glu_value(const GemvSegs& sg, float g, float u) {
+    if (sg.glu == GLU_SWIGLU_HALVES) return g / (1.0f + expf(-g)) * u;
+    g = fminf(g, sg.glu_limit);
+    u = fminf(fmaxf(u, -sg.glu_limit), sg.glu_limit);
+    return (u + 1.0f) * (g / (1.0f + expf(-g * sg.glu_alpha)));
+}
 
 // Eight consecutive weights from index i (a multiple of 8) in one or two
 // 16-byte loads, widened to f32.
@@ -102,13 +132,20 @@ __device__ __forceinline__ float norm_factor(const GemvSegs& sg, const float* pa
     return r;
 }
 
-// What the row's first lane writes for a product s (the row's sum before
-// the norm factor r; 1 without a fused norm): out = s · r + bias, plus what
-// out held with `accumulate`, in that order (the CPU's linear, then add).
-__device__ __forceinline__ void store_out(float* out, float s, float r, const void* bias,
-                                          int bias_dt, u64 bias_at, bool accumulate) {
+// What a product s (the row's sum before the norm factor r; 1 without a
+// fused norm) becomes: s · r + bias, in that order (the CPU's linear).
+__device__ __forceinline__ float out_value(float s, float r, const void* bias, int bias_dt,
+                                           u64 bias_at) {
     float v = s * r;
     if (bias) v += load_w(bias, bias_dt, bias_at);
+    return v;
+}
+
+// What the row's first lane writes: out_value, plus what out held with
+// `accumulate` (the CPU's linear, then add).
+__device__ __forceinline__ void store_out(float* out, float s, float r, const void* bias,
+                                          int bias_dt, u64 bias_at, bool accumulate) {
+    float v = out_value(s, r, bias, bias_dt, bias_at);
     if (accumulate) v += *out;
     *out = v;
 }

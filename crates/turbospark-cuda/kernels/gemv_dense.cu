@@ -97,18 +97,22 @@ __device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr, u32 vb)
 }
 
 // Sums each x row's partials over the lanes and the row's W warps (in warp
-// order) and writes them (with the bias) from the row's first lane.
+// order) and writes them (with the bias) from the row's first lane. A glu
+// launch's pairs are neighbouring rows of the block (an even number of
+// rows a block: the host keeps W ≤ 4): their first lanes meet in shared
+// memory and the gate row's writes the activation.
 template <int NX>
-__device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 job, u32 nx,
-                                           const GemvRow& g, float r, bool accumulate) {
+__device__ __forceinline__ void gemv_store(const GemvSegs& sg, float* acc, int bias_dt, u64 e,
+                                           u32 job, u32 nx, const GemvRow& g, float r,
+                                           bool accumulate) {
     float* out = g.out;
     const void* bias = g.bias;
     const u32 m = g.m;
     __shared__ float part[8][NX];
 #pragma unroll
     for (u32 t = 0; t < NX; t++) acc[t] = warp_sum(acc[t]);
+    const u32 warp = threadIdx.x >> 5;
     if (g.wpr > 1) {
-        const u32 warp = threadIdx.x >> 5;
         if (g.lane == 0) {
 #pragma unroll
             for (u32 t = 0; t < NX; t++) part[warp][t] = acc[t];
@@ -123,11 +127,31 @@ __device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 j
             }
         }
     }
-    if (!g.valid || g.part != 0 || g.lane != 0) return;
+    const bool first = g.valid && g.part == 0 && g.lane == 0;
+    const u64 bias_at = e * m + glu_row(sg, m, g.r);
+    if (sg.glu) {
+        __shared__ float pair[8][NX];
+        const u32 slot = warp / g.wpr;
+        if (first) {
+#pragma unroll
+            for (u32 t = 0; t < NX; t++) pair[slot][t] = out_value(acc[t], r, bias, bias_dt, bias_at);
+        }
+        __syncthreads();
+        if (!first || (g.r & 1u)) return;
+#pragma unroll
+        for (u32 t = 0; t < NX; t++) {
+            if (t < nx) {
+                out[((u64)job * nx + t) * (m / 2) + g.r / 2] =
+                    glu_value(sg, pair[slot][t], pair[slot + 1][t]);
+            }
+        }
+        return;
+    }
+    if (!first) return;
 #pragma unroll
     for (u32 t = 0; t < NX; t++) {
         if (t < nx) {
-            store_out(&out[((u64)job * nx + t) * m + g.r], acc[t], r, bias, bias_dt, e * m + g.r,
+            store_out(&out[((u64)job * nx + t) * m + g.r], acc[t], r, bias, bias_dt, bias_at,
                       accumulate);
         }
     }
@@ -136,11 +160,11 @@ __device__ __forceinline__ void gemv_store(float* acc, int bias_dt, u64 e, u32 j
 // One block of work of gemv_dense: the row (or its W-th part) of warp
 // `g`, every row of x at `xb` (global or shared memory).
 template <int NX, int DT>
-__device__ __forceinline__ void gemv_dense_rows(const GemvRow& g, const float* xb, u64 e, u32 nx,
-                                                u32 k, u32 wpr, int bias_dt, u32 job, float r,
-                                                bool accumulate) {
+__device__ __forceinline__ void gemv_dense_rows(const GemvSegs& sg, const GemvRow& g,
+                                                const float* xb, u64 e, u32 nx, u32 k, u32 wpr,
+                                                int bias_dt, u32 job, float r, bool accumulate) {
     const void* w = g.w;
-    const u64 wrow = (e * g.m + (g.valid ? g.r : 0)) * k;
+    const u64 wrow = (e * g.m + (g.valid ? glu_row(sg, g.m, g.r) : 0)) * k;
     float acc[NX];
 #pragma unroll
     for (int t = 0; t < NX; t++) acc[t] = 0.0f;
@@ -198,7 +222,7 @@ __device__ __forceinline__ void gemv_dense_rows(const GemvRow& g, const float* x
             }
         }
     }
-    gemv_store<NX>(acc, bias_dt, e, job, nx, g, r, accumulate);
+    gemv_store<NX>(sg, acc, bias_dt, e, job, nx, g, r, accumulate);
 }
 
 template <int NX, int DT>
@@ -214,7 +238,9 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
 #pragma unroll
             for (int u = 0; u < Wt<DT>::UNROLL; u++) {
                 const u32 c = (g.part * 32 + g.lane) * 8 + u * 256 * wpr;
-                if (c < k) prefetch_l2((const u8*)g.w + ((u64)g.r * k + c) * Wt<DT>::SIZE);
+                if (c < k) {
+                    prefetch_l2((const u8*)g.w + ((u64)glu_row(sg, g.m, g.r) * k + c) * Wt<DT>::SIZE);
+                }
             }
         }
     }
@@ -259,8 +285,8 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
     const u32 work = (rows + per_block - 1) / per_block;
     for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
         const GemvRow g = gemv_row(sg, wpr, vb);
-        gemv_dense_rows<NX, DT>(g, xb, e, nx, k, wpr, bias_dt, job, r, sg.accumulate != 0);
-        if (wpr > 1) __syncthreads();  // the next turn rewrites gemv_store's exchange
+        gemv_dense_rows<NX, DT>(sg, g, xb, e, nx, k, wpr, bias_dt, job, r, sg.accumulate != 0);
+        if (wpr > 1 || sg.glu) __syncthreads();  // the next turn rewrites gemv_store's exchange
     }
 }
 

@@ -259,15 +259,19 @@ __device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, 
     d.e = experts ? (u64)experts[blockIdx.x] : 0;
     const u32 groups = k / 32;
 #pragma unroll
-    for (int i = 0; i < GR; i++) d.g0[i] = (d.e * d.m + min(d.r0 + i, d.m - 1)) * groups;
+    for (int i = 0; i < GR; i++) {
+        d.g0[i] = (d.e * d.m + glu_row(sg, d.m, min(d.r0 + i, d.m - 1))) * groups;
+    }
     return d;
 }
 
 // Sums each row's partials over the lanes, then over the quad's W warps in
-// warp order, and stores them (with the bias) from the quad's first lane.
+// warp order, and stores them (with the bias) from the quad's first lane;
+// a glu launch's quad is two (gate, up) pairs, whose activations it writes.
 template <int NX>
-__device__ __forceinline__ void grouped_store(float (*acc)[NX], const Quad& d, int bias_dt,
-                                              u32 nx, u32 wpr, float r, bool accumulate) {
+__device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[NX], const Quad& d,
+                                              int bias_dt, u32 nx, u32 wpr, float r,
+                                              bool accumulate) {
     __shared__ float part_sum[8][GR][NX];
 #pragma unroll
     for (int i = 0; i < GR; i++) {
@@ -297,6 +301,24 @@ __device__ __forceinline__ void grouped_store(float (*acc)[NX], const Quad& d, i
     }
     if (d.part != 0 || d.lane != 0) return;
     const u32 job = blockIdx.x;
+    if (sg.glu) {
+#pragma unroll
+        for (int i = 0; i < GR; i += 2) {
+            const u32 row = d.r0 + i;  // gate; row + 1 is its up (m is even)
+            if (row >= d.m) break;
+#pragma unroll
+            for (u32 t = 0; t < NX; t++) {
+                if (t < nx) {
+                    const float g = out_value(acc[i][t], r, d.bias, bias_dt,
+                                              d.e * d.m + glu_row(sg, d.m, row));
+                    const float u = out_value(acc[i + 1][t], r, d.bias, bias_dt,
+                                              d.e * d.m + glu_row(sg, d.m, row + 1));
+                    d.out[((u64)job * nx + t) * (d.m / 2) + row / 2] = glu_value(sg, g, u);
+                }
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < GR; i++) {
         const u32 row = d.r0 + i;
@@ -358,7 +380,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
             grouped_step<NX, F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
         }
     }
-    grouped_store<NX>(acc, d, bias_dt, nx, wpr, 1.0f, sg.accumulate != 0);
+    grouped_store<NX>(sg, acc, d, bias_dt, nx, wpr, 1.0f, sg.accumulate != 0);
 }
 
 // The E2M1 lookup needs more registers: three blocks per SM.
@@ -602,7 +624,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
                 }
             }
         }
-        grouped_store<1>(acc, d, bias_dt, 1, wpr, r, sg.accumulate != 0);
+        grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, sg.accumulate != 0);
         if (wpr > 1) __syncthreads();  // the next turn rewrites part_sum
     }
 }

@@ -1,5 +1,6 @@
 // Mixture-of-experts pieces around the expert matrix products: routing, the
-// expert activation, and the weighted sum.
+// expert activation (prefill; decode's is fused into the gate_up GEMV,
+// kernels/gemv_common.cuh, with the same formulas), and the weighted sum.
 // Decode (few rows): the products are the GEMV kernels (gemv_*.cu) with one job per
 // (token, selected expert); all on the device, so a step needs no host
 // round trip. Prefill (grouped): the (token, slot) pairs are listed per
@@ -107,16 +108,6 @@ __device__ __forceinline__ float moe_act_at(const float* row, const void* bias, 
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
     return (u + 1.0f) * (g / (1.0f + expf(-g * alpha)));
-}
-
-// gate_up rows [jobs, 2·width] (bias included) -> activated rows [jobs, width].
-extern "C" __global__ void moe_act(float* out, const float* gu, u32 jobs, u32 width, int act,
-                                   float alpha, float limit) {
-    pdl_enter();
-    FOR_EACH(i, (u64)jobs * width) {
-        const u64 j = i / width, c = i % width;
-        out[i] = moe_act_at(gu + j * 2 * width, nullptr, 0, 0, width, c, act, alpha, limit);
-    }
 }
 
 // out[r, c] += Σ_j y[r·k + j, c] · w[r·k + j], the sum from zero, j

@@ -7,6 +7,7 @@
 //! [`gemv`]. It must not synchronise with the host.
 
 use turbospark_backend::Quant;
+use turbospark_format::ExpertAct;
 
 use crate::kernels::Arg;
 use crate::weight::{CudaWeight, Dense, WeightData};
@@ -93,9 +94,18 @@ fn qx_path(be: &Cuda, w: &WeightData, k: u32) -> bool {
 
 /// Launches the GEMV kernel for `w`'s format into `out`, `m` rows of W per
 /// job (an expert's rows when the job picks experts); the bias (dense, one
-/// value per row of W, per expert) is added in the kernel.
-pub fn gemv(be: &Cuda, w: &CudaWeight, bias: Option<&CudaWeight>, out: u64, m: u32, j: &GemvJob) {
-    launch_gemv(be, &[(w, bias, out, m)], j, &GemvEdges::default());
+/// value per row of W, per expert) is added in the kernel, and `edges` says
+/// what else it does.
+pub fn gemv(
+    be: &Cuda,
+    w: &CudaWeight,
+    bias: Option<&CudaWeight>,
+    out: u64,
+    m: u32,
+    j: &GemvJob,
+    edges: &GemvEdges,
+) {
+    launch_gemv(be, &[(w, bias, out, m)], j, edges);
 }
 
 /// One GEMV launch for several matrices of one format and input width
@@ -142,19 +152,29 @@ pub struct GemvSegs {
     norm_dt: i32,
     eps: f32,
     accumulate: u32,
+    glu: i32,
+    glu_alpha: f32,
+    glu_limit: f32,
 }
 
 /// What a GEMV launch does around its product (the last fields of
-/// `GemvSegs`; one row of x and one job only): read x through an RMSNorm
-/// (its weights and eps), also writing the normed row to `normed` (a device
-/// address, 0 for none), and add into the outputs instead of overwriting
-/// them.
+/// `GemvSegs`): read x through an RMSNorm (its weights and eps; one row of
+/// x and one job), also writing the normed row to `normed` (a device
+/// address, 0 for none); add into the outputs instead of overwriting them;
+/// or, for an MoE expert's gate_up (one matrix, rows in the activation's
+/// gate/up layout), write the activation instead of the rows, half as many
+/// values a job.
 #[derive(Default)]
 pub struct GemvEdges<'a> {
     pub norm: Option<(&'a CudaWeight, f32)>,
     pub normed: u64,
     pub accumulate: bool,
+    pub glu: Option<ExpertAct>,
 }
+
+/// `GLU_SWIGLU_HALVES` and `GLU_CLAMPED_PAIRS` in kernels/gemv_common.cuh.
+const GLU_SWIGLU_HALVES: i32 = 1;
+const GLU_CLAMPED_PAIRS: i32 = 2;
 
 /// Most matrices one GEMV launch holds (`GEMV_MAX_SEGS`).
 pub const MAX_SEGS: usize = 3;
@@ -234,6 +254,20 @@ pub(crate) fn launch_gemv(
     let mut wpr = warps_per_row(be.sm_count, j.jobs, rows, per_warp);
     if qx {
         wpr = wpr.min(qx_warps_cap(j.k));
+    }
+    if let Some(act) = edges.glu {
+        assert!(
+            segs.len() == 1 && segs[0].3.is_multiple_of(2) && !edges.accumulate,
+            "gemv: a fused activation needs one matrix of gate/up row pairs"
+        );
+        (table.glu, table.glu_alpha, table.glu_limit) = match act {
+            ExpertAct::SwiGlu => (GLU_SWIGLU_HALVES, 0.0, 0.0),
+            ExpertAct::ClampedSwiGlu { alpha, limit } => (GLU_CLAMPED_PAIRS, alpha, limit),
+        };
+        // A pair's rows meet in one block: an even number of rows a block.
+        if !grouped {
+            wpr = wpr.min(GEMV_WARPS_PER_BLOCK / 2);
+        }
     }
     let blocks = gemv_blocks(rows, wpr, per_warp);
     assert!(blocks <= 65535, "gemv: {rows} output rows exceed the grid");

@@ -84,7 +84,7 @@ kernels! {
         attn_gqa_hd256_g4, attn_combine,
     ],
     "sample.cu" => [argmax_rows],
-    "moe.cu" => [moe_route, moe_act, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
+    "moe.cu" => [moe_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
     "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
 }
 

@@ -1,12 +1,13 @@
 //! Mixture-of-experts on the device: routing (kernels/moe.cu) writes each
 //! token's selected (expert, weight) pairs sorted by expert; the expert
-//! products run in one of two ways; the activation and the weighted sum
-//! follow.
+//! products run in one of two ways, with the activation between them; the
+//! weighted sum follows.
 //!
 //! - Decode (fewer than [`GEMM_MIN_ROWS`] rows, while a graph is being
 //!   recorded, or in `Precision::F32`): GEMV jobs, one per (token, selected
-//!   expert), that read the expert index from device memory. No host round
-//!   trip.
+//!   expert), that read the expert index from device memory; the gate_up
+//!   GEMV writes the activation of its gate/up pairs, not the pairs. No host
+//!   round trip.
 //! - Prefill (grouped, `Precision::Bf16`): the selected expert ids are copied to the host (the
 //!   layer's one synchronisation), which lists each expert's (token, slot)
 //!   pairs; each expert's token rows are gathered into one contiguous block
@@ -27,7 +28,7 @@ use turbospark_format::{ExpertAct, Routing};
 use cudarc::driver::CudaSlice;
 
 use crate::gemm::{XType, gemm_rows, weight_scratch};
-use crate::gemv::{GemvJob, gemv};
+use crate::gemv::{GemvEdges, GemvJob, gemv};
 use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::linear::GEMM_MIN_ROWS;
 use crate::weight::CudaWeight;
@@ -128,12 +129,13 @@ fn per_token(
 ) {
     let (n, hidden, w, top_k) = (x.rows, x.cols, p.width, p.top_k);
     let jobs = n * top_k;
-    let gu = be.scratch::<f32>(jobs * 2 * w);
+    // gate_up with the activation fused into its store: [jobs, width].
+    let act = be.scratch::<f32>(jobs * w);
     gemv(
         be,
         ex.gate_up,
         ex.gate_up_bias,
-        be.ptr(&gu),
+        be.ptr(&act),
         (2 * w) as u32,
         &GemvJob {
             x: be.ptr(&x.data),
@@ -143,24 +145,10 @@ fn per_token(
             x_div: top_k as u32,
             k: hidden as u32,
         },
-    );
-
-    let act = be.scratch::<f32>(jobs * w);
-    let (code, alpha, limit) = act_args(p.act);
-    let n_act = (jobs * w) as u64;
-    be.launch(
-        &be.k.moe_act,
-        grid_for(n_act),
-        BLOCK,
-        &[
-            Arg::Ptr(be.ptr(&act)),
-            Arg::Ptr(be.ptr(&gu)),
-            Arg::U32(jobs as u32),
-            Arg::U32(w as u32),
-            Arg::I32(code),
-            Arg::F32(alpha),
-            Arg::F32(limit),
-        ],
+        &GemvEdges {
+            glu: Some(p.act),
+            ..GemvEdges::default()
+        },
     );
 
     let y = be.scratch::<f32>(jobs * hidden);
@@ -178,6 +166,7 @@ fn per_token(
             x_div: 1,
             k: w as u32,
         },
+        &GemvEdges::default(),
     );
 
     let n_out = (n * hidden) as u64;
