@@ -58,13 +58,15 @@
 //! Buffers live inside the [`Sampler`] and are reused, so steady-state calls
 //! do not allocate. Greedy without penalties reads the logits once; penalties
 //! copy the row once; sampling builds one candidate list of the vocabulary's
-//! non-`-inf` entries and weighs each once (`exp` in f64: ~2 ms for 201,088
-//! on the developers' machine); top-p adds O(V) selections, not a sort.
+//! non-`-inf` entries and weighs each once (`exp` in f64, in parallel over
+//! chunks of 8,192: [`chunked_sum`]); top-p adds O(V) selections, not a
+//! sort.
 
 use std::cmp::Ordering;
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 pub use turbospark_backend::argmax;
 
@@ -168,6 +170,8 @@ pub struct Sampler {
     /// Sorted copy of the history, to count occurrences without a map.
     history_sorted: Vec<u32>,
     candidates: Vec<Candidate>,
+    /// Per-chunk partial sums ([`chunked_sum`]).
+    parts: Vec<f64>,
 }
 
 impl Sampler {
@@ -178,6 +182,7 @@ impl Sampler {
             penalised: Vec::new(),
             history_sorted: Vec::new(),
             candidates: Vec::new(),
+            parts: Vec::new(),
         }
     }
 
@@ -249,7 +254,7 @@ impl Sampler {
 
         let top_p = self.cfg.top_p;
         if top_p < 1.0 && cand.len() > 1 {
-            nucleus(cand, f64::from(top_p), sorted);
+            nucleus(cand, f64::from(top_p), sorted, &mut self.parts);
             sorted = true;
         }
 
@@ -279,11 +284,13 @@ impl Sampler {
         }
 
         // Draw: scores become unnormalised probabilities.
-        let mut total = 0.0f64;
-        for c in cand.iter_mut() {
-            c.score = weight(c.score, max) as f32;
-            total += f64::from(c.score);
+        let weigh = |c: &mut Candidate| c.score = weight(c.score, max) as f32;
+        if cand.len() > CHUNK {
+            cand.par_iter_mut().for_each(weigh);
+        } else {
+            cand.iter_mut().for_each(weigh);
         }
+        let total = chunked_sum(cand, |c| f64::from(c.score), &mut self.parts);
         let r = u * total;
         let mut cum = 0.0f64;
         for c in cand.iter() {
@@ -301,11 +308,11 @@ impl Sampler {
 /// whose weights reach `top_p` of the total weight; at least one, and all
 /// of them when rounding keeps the sum short of it. Leaves `cand` sorted.
 /// When `cand` is not sorted yet (top-k is off: the whole vocabulary), the
-/// total is summed in id order and the prefix is found by partial
+/// total is summed in id order ([`chunked_sum`]) and the prefix is found by partial
 /// selection, 64 candidates at first and four times as many each time the
 /// nucleus is longer, instead of sorting the vocabulary (a sort of 201,088
 /// candidates costs ~8 ms a token, far more than a GPU decode step).
-fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool) {
+fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool, parts: &mut Vec<f64>) {
     let max = f64::from(if sorted {
         cand[0].score
     } else {
@@ -313,9 +320,13 @@ fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool) {
             .map(|c| c.score)
             .fold(f32::NEG_INFINITY, f32::max)
     });
-    let total: f64 = cand.iter().map(|c| weight(c.score, max)).sum();
+    let total = chunked_sum(cand, |c| weight(c.score, max), parts);
     let target = top_p * total;
-    let mut prefix = if sorted { cand.len() } else { 64.min(cand.len()) };
+    let mut prefix = if sorted {
+        cand.len()
+    } else {
+        64.min(cand.len())
+    };
     loop {
         if !sorted {
             if prefix < cand.len() {
@@ -336,6 +347,29 @@ fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool) {
         }
         prefix = (prefix * 4).min(cand.len());
     }
+}
+
+/// Candidates a chunk of [`chunked_sum`] (and the parallel weighing).
+const CHUNK: usize = 8192;
+
+/// Σ f(c) over `cand`: each CHUNK-long piece summed in order, then the
+/// pieces' sums in order, so that the result does not depend on the thread
+/// count (pieces run in parallel where there are several; a list of one
+/// chunk or less is a plain left-to-right sum). `f` is an `exp` per
+/// candidate: over a vocabulary that is most of a sampled token's host time.
+fn chunked_sum(
+    cand: &[Candidate],
+    f: impl Fn(&Candidate) -> f64 + Sync,
+    parts: &mut Vec<f64>,
+) -> f64 {
+    let part = |ch: &[Candidate]| ch.iter().map(&f).sum::<f64>();
+    if cand.len() > CHUNK {
+        cand.par_chunks(CHUNK).map(part).collect_into_vec(parts);
+    } else {
+        parts.clear();
+        parts.push(part(cand));
+    }
+    parts.iter().sum()
 }
 
 /// Unnormalised probability of a scaled logit relative to the maximum.
@@ -606,7 +640,10 @@ mod tests {
                     cum >= top_p * total
                 })
                 .map_or(c.len(), |i| i + 1);
-            let kept: f64 = c[..keep].iter().map(|c| weight(c.score, max) as f32 as f64).sum();
+            let kept: f64 = c[..keep]
+                .iter()
+                .map(|c| weight(c.score, max) as f32 as f64)
+                .sum();
             let mut cum = 0.0;
             for c in &c[..keep] {
                 cum += weight(c.score, max) as f32 as f64;
