@@ -322,15 +322,32 @@ fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool, parts: &mut Vec<
     });
     let total = chunked_sum(cand, |c| weight(c.score, max), parts);
     let target = top_p * total;
-    let mut prefix = if sorted {
-        cand.len()
-    } else {
-        64.min(cand.len())
-    };
+    // The search runs over cand[..limit] first. Unsorted, the candidates
+    // scoring at least a floor are moved to the front: they are a prefix of
+    // the sorted order (ties included), so the nucleus is either a prefix of
+    // them or found when the search goes on over every candidate, whatever
+    // the floor. The floor is where the nucleus should end: every candidate
+    // it holds weighs at least (1 − top_p) · total / n, since the lighter
+    // ones together weigh less than (1 − top_p) · total (its log, less 1e-3
+    // for `exp`'s rounding). On a peaked distribution that leaves a few
+    // hundred of a vocabulary to select from.
+    let mut limit = cand.len();
+    if !sorted {
+        let floor = ((1.0 - top_p) * total / cand.len() as f64).ln() + max - 1e-3;
+        let mut front = 0;
+        for j in 0..cand.len() {
+            if f64::from(cand[j].score) >= floor {
+                cand.swap(front, j);
+                front += 1;
+            }
+        }
+        limit = front.max(1);
+    }
+    let mut prefix = if sorted { limit } else { 64.min(limit) };
     loop {
         if !sorted {
-            if prefix < cand.len() {
-                cand.select_nth_unstable_by(prefix - 1, by_score_desc);
+            if prefix < limit {
+                cand[..limit].select_nth_unstable_by(prefix - 1, by_score_desc);
             }
             cand[..prefix].sort_unstable_by(by_score_desc);
         }
@@ -345,7 +362,10 @@ fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool, parts: &mut Vec<
         if prefix == cand.len() {
             return;
         }
-        prefix = (prefix * 4).min(cand.len());
+        if prefix == limit {
+            limit = cand.len();
+        }
+        prefix = (prefix * 4).min(limit);
     }
 }
 
