@@ -249,13 +249,7 @@ impl Sampler {
             sorted = true;
         }
 
-        let max = f64::from(if sorted {
-            cand[0].score
-        } else {
-            cand.iter()
-                .map(|c| c.score)
-                .fold(f32::NEG_INFINITY, f32::max)
-        });
+        let max = max_score(cand, sorted);
 
         let min_p = self.cfg.min_p;
         if min_p > 0.0 && min_p.is_finite() {
@@ -366,18 +360,12 @@ fn top_k(cand: &mut Vec<Candidate>, k: usize) {
 /// whose weights reach `top_p` of the total weight; at least one, and all
 /// of them when rounding keeps the sum short of it. Leaves `cand` sorted.
 /// When `cand` is not sorted yet (top-k is off: the whole vocabulary), the
-/// total is summed in id order ([`chunked_sum`]) and the prefix is found by partial
-/// selection, 64 candidates at first and four times as many each time the
+/// total is summed in id order ([`chunked_sum`]) and the prefix is found
+/// by partial selection, 64 candidates at first and four times as many each time the
 /// nucleus is longer, instead of sorting the vocabulary (a sort of 201,088
 /// candidates costs ~8 ms a token, far more than a GPU decode step).
 fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool, parts: &mut Vec<f64>) {
-    let max = f64::from(if sorted {
-        cand[0].score
-    } else {
-        cand.iter()
-            .map(|c| c.score)
-            .fold(f32::NEG_INFINITY, f32::max)
-    });
+    let max = max_score(cand, sorted);
     let total = chunked_sum(cand, |c| weight(c.score, max), parts);
     let target = top_p * total;
     // The search runs over cand[..limit] first. Unsorted, the candidates
@@ -425,6 +413,17 @@ fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool, parts: &mut Vec<
         }
         prefix = (prefix * 4).min(limit);
     }
+}
+
+/// The highest score of `cand` (non-empty; the first when `sorted`).
+fn max_score(cand: &[Candidate], sorted: bool) -> f64 {
+    f64::from(if sorted {
+        cand[0].score
+    } else {
+        cand.iter()
+            .map(|c| c.score)
+            .fold(f32::NEG_INFINITY, f32::max)
+    })
 }
 
 /// Candidates a chunk of the parallel passes ([`candidates`], [`top_k`],
@@ -691,6 +690,60 @@ mod tests {
         }
     }
 
+    /// The draw of a plain reference: every candidate scaled in id order
+    /// and fully sorted; `keep` says how many of them stay (given them and
+    /// their max); then the draw over their f32-rounded weights, as
+    /// `sample` makes it.
+    fn reference_draw(
+        logits: &[f32],
+        t: f32,
+        u: f64,
+        keep: impl Fn(&[Candidate], f64) -> usize,
+    ) -> u32 {
+        let mut c: Vec<Candidate> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| **l / t > f32::NEG_INFINITY)
+            .map(|(id, &l)| Candidate {
+                id: id as u32,
+                score: l / t,
+            })
+            .collect();
+        c.sort_unstable_by(by_score_desc);
+        let max = f64::from(c[0].score);
+        c.truncate(keep(&c, max));
+        let w: Vec<f64> = c
+            .iter()
+            .map(|c| weight(c.score, max) as f32 as f64)
+            .collect();
+        let total: f64 = w.iter().sum();
+        let mut cum = 0.0;
+        for (c, w) in c.iter().zip(&w) {
+            cum += w;
+            if u * total < cum {
+                return c.id;
+            }
+        }
+        c.last().map_or(0, |c| c.id)
+    }
+
+    /// `n` draws of a sampler made from `cfg` equal `reference` given the
+    /// same uniform numbers.
+    fn assert_draws(
+        cfg: SamplerConfig,
+        logits: &[f32],
+        n: usize,
+        reference: impl Fn(f64) -> u32,
+        what: &str,
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let mut s = Sampler::new(cfg);
+        for _ in 0..n {
+            let u = unit_f64(&mut rng);
+            assert_eq!(s.sample(logits, &[]), reference(u), "{what}");
+        }
+    }
+
     /// The nucleus found by partial selection is the one a full sort finds:
     /// on vocabularies of 5,000-60,000 peaked and flat random logits, with
     /// nuclei from one token to thousands (the selection's prefix grows
@@ -699,42 +752,8 @@ mod tests {
     /// by rounding only).
     #[test]
     fn top_p_by_selection_equals_a_full_sort() {
-        fn reference(logits: &[f32], t: f32, top_p: f64, u: f64) -> u32 {
-            let mut c: Vec<Candidate> = logits
-                .iter()
-                .enumerate()
-                .map(|(id, &l)| Candidate {
-                    id: id as u32,
-                    score: l / t,
-                })
-                .collect();
-            c.sort_unstable_by(by_score_desc);
-            let max = f64::from(c[0].score);
-            let total: f64 = c.iter().map(|c| weight(c.score, max)).sum();
-            let mut cum = 0.0;
-            let keep = c
-                .iter()
-                .position(|c| {
-                    cum += weight(c.score, max);
-                    cum >= top_p * total
-                })
-                .map_or(c.len(), |i| i + 1);
-            let kept: f64 = c[..keep]
-                .iter()
-                .map(|c| weight(c.score, max) as f32 as f64)
-                .sum();
-            let mut cum = 0.0;
-            for c in &c[..keep] {
-                cum += weight(c.score, max) as f32 as f64;
-                if u * kept < cum {
-                    return c.id;
-                }
-            }
-            c[keep - 1].id
-        }
-        let mut drawn = 0;
         for (seed, n, spread, top_p) in [
-            (1, 5_000, 2.0, 0.9),
+            (1, 5_000, 2.0, 0.9f32),
             (2, 60_000, 2.5, 0.95),
             (3, 20_000, 20.0, 0.5),
             (4, 20_000, 0.2, 0.99),
@@ -745,25 +764,30 @@ mod tests {
             for (i, l) in logits.iter_mut().enumerate() {
                 *l = *l * spread / 10.0 + if i % 997 == 0 { 12.0 } else { 0.0 };
             }
+            let nucleus = |c: &[Candidate], max: f64| {
+                let total: f64 = c.iter().map(|c| weight(c.score, max)).sum();
+                let mut cum = 0.0;
+                c.iter()
+                    .position(|c| {
+                        cum += weight(c.score, max);
+                        cum >= f64::from(top_p) * total
+                    })
+                    .map_or(c.len(), |i| i + 1)
+            };
             let c = SamplerConfig {
                 temperature: 0.7,
-                top_p: top_p as f32,
+                top_p,
                 seed,
                 ..SamplerConfig::default()
             };
-            let mut s = Sampler::new(c);
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            for _ in 0..40 {
-                let u = unit_f64(&mut rng);
-                assert_eq!(
-                    s.sample(&logits, &[]),
-                    reference(&logits, 0.7, f64::from(top_p as f32), u),
-                    "vocabulary {n}, spread {spread}, top_p {top_p}"
-                );
-                drawn += 1;
-            }
+            assert_draws(
+                c,
+                &logits,
+                40,
+                |u| reference_draw(&logits, 0.7, u, nucleus),
+                &format!("vocabulary {n}, spread {spread}, top_p {top_p}"),
+            );
         }
-        assert_eq!(drawn, 200);
     }
 
     /// The chunked passes (parallel scaling when nothing is dropped, top-k
@@ -772,33 +796,6 @@ mod tests {
     /// 50,000 with and without NaN / −inf entries, k from 1 to past a chunk.
     #[test]
     fn chunked_top_k_equals_a_full_sort() {
-        fn reference(logits: &[f32], t: f32, k: usize, u: f64) -> u32 {
-            let mut c: Vec<Candidate> = logits
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| **l / t > f32::NEG_INFINITY)
-                .map(|(id, &l)| Candidate {
-                    id: id as u32,
-                    score: l / t,
-                })
-                .collect();
-            c.sort_unstable_by(by_score_desc);
-            c.truncate(k);
-            let max = f64::from(c[0].score);
-            let w: Vec<f64> = c
-                .iter()
-                .map(|c| weight(c.score, max) as f32 as f64)
-                .collect();
-            let total: f64 = w.iter().sum();
-            let mut cum = 0.0;
-            for (c, w) in c.iter().zip(&w) {
-                cum += w;
-                if u * total < cum {
-                    return c.id;
-                }
-            }
-            c[k - 1].id
-        }
         for (seed, holes) in [(7, false), (8, true)] {
             let mut logits = random_logits(seed, 50_000);
             if holes {
@@ -817,16 +814,13 @@ mod tests {
                     seed,
                     ..SamplerConfig::default()
                 };
-                let mut s = Sampler::new(c);
-                let mut rng = ChaCha8Rng::seed_from_u64(seed);
-                for _ in 0..10 {
-                    let u = unit_f64(&mut rng);
-                    assert_eq!(
-                        s.sample(&logits, &[]),
-                        reference(&logits, 1.3, k, u),
-                        "top_k {k}, holes {holes}"
-                    );
-                }
+                assert_draws(
+                    c,
+                    &logits,
+                    10,
+                    |u| reference_draw(&logits, 1.3, u, |_, _| k),
+                    &format!("top_k {k}, holes {holes}"),
+                );
             }
         }
     }
