@@ -10,9 +10,11 @@
 
 pub mod mxfp4;
 pub mod quant;
+pub mod scores;
 
 pub use mxfp4::mxfp4_shape;
 pub use quant::{QUANT_GROUP, Quant};
+pub use scores::ScoreStats;
 
 use turbospark_format::{Activation, AttnSpan, ExpertAct, FormatError, HostTensor, Routing};
 
@@ -150,6 +152,34 @@ pub trait Backend: Send + Sync {
     /// [`argmax`] of each row: greedy decoding without copying the
     /// logits to the host.
     fn argmax(&self, t: &Self::Tensor) -> Vec<u32>;
+    /// [`scores::score_stats`] of row `row` of `logits` scaled by `1 / t`.
+    fn score_stats(&self, logits: &Self::Tensor, row: usize, t: f32) -> ScoreStats {
+        let cols = self.shape(logits).1;
+        scores::score_stats(&self.to_host(logits)[row * cols..(row + 1) * cols], t)
+    }
+    /// [`scores::scores_above`] of row `row` of `logits` scaled by `1 / t`.
+    fn scores_above(
+        &self,
+        logits: &Self::Tensor,
+        row: usize,
+        t: f32,
+        floor: f32,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        let cols = self.shape(logits).1;
+        scores::scores_above(
+            &self.to_host(logits)[row * cols..(row + 1) * cols],
+            t,
+            floor,
+            cap,
+        )
+    }
+    /// Whether [`Backend::score_stats`] and [`Backend::scores_above`] run
+    /// where the logits are, so that sampling should ask for them rather
+    /// than copy the row (a GPU); false where the row is at hand anyway.
+    fn summarizes_scores(&self) -> bool {
+        false
+    }
 
     /// A batch of `tokens.len()` rows; `positions` has one entry per token.
     fn batch(&self, tokens: &[u32], positions: &[u32]) -> Self::Batch;

@@ -1,5 +1,7 @@
 // Token choice on the device, so greedy decoding copies one id per row to
-// the host instead of the whole logits row (201,088 floats for gpt-oss).
+// the host instead of the whole logits row (201,088 floats for gpt-oss), and
+// the summaries a sampler needs of a row (below), so that sampling copies a
+// few numbers and the candidates that matter.
 //
 // argmax_rows: the index of the first maximum of each row, NaN never wins,
 // a row with no non-NaN value gives 0 — the host `argmax` exactly
@@ -32,4 +34,101 @@ extern "C" __global__ void argmax_rows(unsigned long long* best, const float* x,
         key = other > key ? other : key;
     }
     if ((threadIdx.x & 31u) == 0 && key != 0) atomicMax(best + blockIdx.x, key);
+}
+
+// Sampling from summaries of a row (crates/turbospark-backend/src/scores.rs
+// defines them, and the sampler's `sample_from` uses them): the scores
+// s = l / t (f32 division, as the host's), of which those neither NaN nor
+// −inf are the candidates.
+
+// score_stats: block b takes ids [b·chunk, (b + 1)·chunk) and writes
+// part[4b .. 4b + 4] = (candidates, their max, whether one is +inf,
+// Σ exp(s − that max) over them in f64); the host combines the blocks, in
+// block order. Two passes over the block's chunk: the max, then the sum.
+#define SCORE_THREADS 256
+extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
+    score_stats(double* part, const float* x, u32 n, float t, u32 chunk) {
+    pdl_enter();
+    __shared__ u32 warp_count[SCORE_THREADS / 32], warp_inf[SCORE_THREADS / 32];
+    __shared__ float warp_top[SCORE_THREADS / 32];
+    __shared__ double warp_sum_f64[SCORE_THREADS / 32];
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const u32 lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    u32 count = 0, inf = 0;
+    float m = NEG_INF;
+    for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float s = x[i] / t;
+        if (s > NEG_INF) {
+            count++;
+            m = fmaxf(m, s);
+            inf |= s == __int_as_float(0x7f800000);
+        }
+    }
+    count = __reduce_add_sync(0xffffffffu, count);
+    inf = __any_sync(0xffffffffu, inf != 0);
+    m = warp_max(m);
+    if (lane == 0) {
+        warp_count[warp] = count;
+        warp_inf[warp] = inf;
+        warp_top[warp] = m;
+    }
+    __syncthreads();
+    count = 0;
+    inf = 0;
+    m = NEG_INF;
+    for (u32 w = 0; w < warps; w++) {
+        count += warp_count[w];
+        inf |= warp_inf[w];
+        m = fmaxf(m, warp_top[w]);
+    }
+    double sum = 0.0;
+    if (count > 0) {
+        for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            const float s = x[i] / t;
+            if (s > NEG_INF) sum += exp((double)s - (double)m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) warp_sum_f64[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        sum = 0.0;
+        for (u32 w = 0; w < warps; w++) sum += warp_sum_f64[w];
+        part[4 * blockIdx.x] = (double)count;
+        part[4 * blockIdx.x + 1] = (double)m;
+        part[4 * blockIdx.x + 2] = inf ? 1.0 : 0.0;
+        part[4 * blockIdx.x + 3] = sum;
+    }
+}
+
+// scores_above: out[0] counts the ids whose score is at least `floor`
+// (finite: NaN and −inf never are), past `cap` too; the first `cap` of them
+// go to out[1 + 2j], out[2 + 2j] as (id, score bits), in no particular
+// order (slots taken by one atomicAdd a warp). out[0] must be 0 before the
+// launch.
+extern "C" __global__ void scores_above(u32* out, const float* x, u32 n, float t, float floor,
+                                        u32 cap) {
+    pdl_enter();
+    const u32 lane = threadIdx.x & 31u;
+    for (u64 base = (u64)blockIdx.x * blockDim.x; base < n; base += (u64)gridDim.x * blockDim.x) {
+        const u64 i = base + threadIdx.x;
+        float s = 0.0f;
+        bool keep = false;
+        if (i < n) {
+            s = x[i] / t;
+            keep = s >= floor;
+        }
+        const u32 mask = __ballot_sync(0xffffffffu, keep);
+        if (mask == 0) continue;
+        const u32 leader = __ffs(mask) - 1;
+        u32 first = 0;
+        if (lane == leader) first = atomicAdd(out, __popc(mask));
+        first = __shfl_sync(0xffffffffu, first, leader);
+        if (!keep) continue;
+        const u32 j = first + __popc(mask & ((1u << lane) - 1u));
+        if (j < cap) {
+            out[1 + 2 * j] = (u32)i;
+            out[2 + 2 * j] = __float_as_uint(s);
+        }
+    }
 }

@@ -40,7 +40,7 @@ use cudarc::driver::{
     ValidAsZeroBits, result, sys,
 };
 use turbospark_backend::{
-    AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable,
+    AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable, ScoreStats,
 };
 use turbospark_format::{Activation, HostTensor};
 
@@ -398,6 +398,25 @@ impl Backend for Cuda {
 
     fn argmax(&self, t: &CudaTensor) -> Vec<u32> {
         sample::argmax(self, t)
+    }
+
+    fn score_stats(&self, logits: &CudaTensor, row: usize, t: f32) -> ScoreStats {
+        sample::score_stats(self, logits, row, t)
+    }
+
+    fn scores_above(
+        &self,
+        logits: &CudaTensor,
+        row: usize,
+        t: f32,
+        floor: f32,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        sample::scores_above(self, logits, row, t, floor, cap)
+    }
+
+    fn summarizes_scores(&self) -> bool {
+        true
     }
 
     fn batch(&self, tokens: &[u32], positions: &[u32]) -> CudaBatch {

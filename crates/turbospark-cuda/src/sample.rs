@@ -1,7 +1,11 @@
 //! Token choice on the device (kernels/sample.cu): greedy decoding reads
-//! back one id per row instead of the logits. It owns the launch and the
-//! decoding of the kernel's keys; the definition of the result is the host
-//! `turbospark_backend::argmax`.
+//! back one id per row instead of the logits, and sampling reads back the
+//! summaries `turbospark_backend::scores` defines (statistics, the
+//! candidates above a floor). It owns the launches and the decoding of the
+//! kernels' outputs; the definitions of the results are the host
+//! `turbospark_backend::argmax` and `scores`.
+
+use turbospark_backend::ScoreStats;
 
 use crate::kernels::Arg;
 use crate::{Cuda, CudaTensor};
@@ -40,4 +44,103 @@ pub fn argmax(be: &Cuda, t: &CudaTensor) -> Vec<u32> {
     keys.into_iter()
         .map(|k| if k == 0 { 0 } else { u32::MAX - k as u32 })
         .collect()
+}
+
+/// Threads of the summary kernels (`SCORE_THREADS`).
+const SCORE_THREADS: u32 = 256;
+
+/// The device address of row `row` of `t`.
+fn row_ptr(be: &Cuda, t: &CudaTensor, row: usize) -> u64 {
+    assert!(row < t.rows, "sampling row {row} of {}", t.rows);
+    be.ptr(&t.data) + (row * t.cols * std::mem::size_of::<f32>()) as u64
+}
+
+/// `turbospark_backend::scores::score_stats` of row `row` of `t`: one block
+/// an SM takes a contiguous chunk each; the blocks' (count, max, +inf,
+/// Σ exp(s − block max)) are combined here in block order, each block's
+/// sum rescaled to the row's max (f64).
+pub fn score_stats(be: &Cuda, t: &CudaTensor, row: usize, temp: f32) -> ScoreStats {
+    let n = t.cols;
+    let blocks = n
+        .div_ceil(SCORE_THREADS as usize * 4)
+        .clamp(1, be.sm_count as usize);
+    let chunk = n.div_ceil(blocks).max(1);
+    let part = be.scratch::<f64>(4 * blocks);
+    be.launch(
+        &be.k.score_stats,
+        (blocks as u32, 1, 1),
+        SCORE_THREADS,
+        &[
+            Arg::Ptr(be.ptr(&part)),
+            Arg::Ptr(row_ptr(be, t, row)),
+            Arg::U32(n as u32),
+            Arg::F32(temp),
+            Arg::U32(chunk as u32),
+        ],
+    );
+    let p = be
+        .stream
+        .clone_dtoh(&part.slice(..4 * blocks))
+        .unwrap_or_else(|e| panic!("CUDA: reading back score statistics: {e}"));
+    let blocks: Vec<&[f64]> = p.chunks_exact(4).filter(|b| b[0] > 0.0).collect();
+    let count = blocks.iter().map(|b| b[0] as usize).sum();
+    let max = blocks
+        .iter()
+        .map(|b| b[1] as f32)
+        .fold(f32::NEG_INFINITY, f32::max);
+    let pos_inf = blocks.iter().any(|b| b[2] != 0.0);
+    let total = if count == 0 || pos_inf {
+        0.0
+    } else {
+        let m = f64::from(max);
+        blocks.iter().map(|b| b[3] * (b[1] - m).exp()).sum()
+    };
+    ScoreStats {
+        count,
+        max,
+        pos_inf,
+        total,
+    }
+}
+
+/// `turbospark_backend::scores::scores_above` of row `row` of `t` (in no
+/// particular order): one readback of the count and up to `cap` pairs.
+pub fn scores_above(
+    be: &Cuda,
+    t: &CudaTensor,
+    row: usize,
+    temp: f32,
+    floor: f32,
+    cap: usize,
+) -> Option<Vec<(u32, f32)>> {
+    assert!(floor.is_finite(), "scores_above: floor {floor}");
+    let n = t.cols;
+    let out = be.zeros::<u32>(1 + 2 * cap);
+    let blocks = n
+        .div_ceil(SCORE_THREADS as usize)
+        .clamp(1, 4 * be.sm_count as usize);
+    be.launch(
+        &be.k.scores_above,
+        (blocks as u32, 1, 1),
+        SCORE_THREADS,
+        &[
+            Arg::Ptr(be.ptr(&out)),
+            Arg::Ptr(row_ptr(be, t, row)),
+            Arg::U32(n as u32),
+            Arg::F32(temp),
+            Arg::F32(floor),
+            Arg::U32(cap as u32),
+        ],
+    );
+    let host = be
+        .stream
+        .clone_dtoh(&out.slice(..1 + 2 * cap))
+        .unwrap_or_else(|e| panic!("CUDA: reading back candidates: {e}"));
+    let count = host[0] as usize;
+    (count <= cap).then(|| {
+        host[1..1 + 2 * count]
+            .chunks_exact(2)
+            .map(|p| (p[0], f32::from_bits(p[1])))
+            .collect()
+    })
 }

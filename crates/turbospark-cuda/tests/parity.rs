@@ -10,10 +10,11 @@
 //! Without a CUDA device each test prints "skipped: no CUDA device" and
 //! passes.
 
-use turbospark_backend::{AttnParams, Backend, KvSpec, Quant, RopeTable};
+use turbospark_backend::{AttnParams, Backend, KvSpec, Quant, RopeTable, ScoreStats, scores};
 use turbospark_cpu::{Cpu, CpuKv};
 use turbospark_cuda::{Cuda, CudaKv, CudaTensor, Precision};
 use turbospark_format::{Activation, AttnSpan, DType, HostTensor};
+use turbospark_models::sampler::{Sampler, SamplerConfig, Scores};
 
 mod common;
 
@@ -571,4 +572,140 @@ fn argmax_on_the_device_is_the_host_argmax() {
     let want: Vec<u32> = rows.iter().map(|r| turbospark_backend::argmax(r)).collect();
     assert_eq!(want[1], 70_000);
     assert_eq!(g.argmax(&t), want);
+}
+
+/// A logits row on the device, as the sampler asks for it.
+struct DeviceRow<'a> {
+    g: &'a Cuda,
+    t: &'a CudaTensor,
+    row: usize,
+}
+
+impl Scores for DeviceRow<'_> {
+    fn stats(&self, t: f32) -> ScoreStats {
+        self.g.score_stats(self.t, self.row, t)
+    }
+    fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
+        self.g.scores_above(self.t, self.row, t, floor, cap)
+    }
+    fn row(&self) -> Vec<f32> {
+        let cols = self.t.cols;
+        self.g.to_host(self.t)[self.row * cols..(self.row + 1) * cols].to_vec()
+    }
+}
+
+/// The sampling summaries of the device are the host's
+/// (`turbospark_backend::scores`) on rows of gpt-oss's vocabulary (peaked,
+/// with NaN and −inf holes, with a +inf, all −inf): candidate counts, maxima
+/// and +inf flags exactly, totals to 1e-12 (their sums run in another
+/// order), the candidates above a floor as the same set of (id, score),
+/// the cap honoured; and a sampler fed from the device draws what one fed
+/// the copied row draws, for top-p, top-k and min-p.
+#[test]
+fn sampling_summaries_equal_the_hosts() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(27);
+    let cols = 201_088;
+    let peaked: Vec<f32> = rng
+        .vec(cols, 3.0)
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| l + if i % 4_001 == 0 { 14.0 } else { 0.0 })
+        .collect();
+    let mut holes = peaked.clone();
+    for i in (5..cols).step_by(13) {
+        holes[i] = if i % 2 == 0 {
+            f32::NAN
+        } else {
+            f32::NEG_INFINITY
+        };
+    }
+    let mut infinite = peaked.clone();
+    infinite[123_456] = f32::INFINITY;
+    let rows = [peaked, holes, infinite, vec![f32::NEG_INFINITY; cols]];
+    let t = g.upload_tensor(&rows.concat(), rows.len(), cols);
+    for (r, host) in rows.iter().enumerate() {
+        for temp in [0.7f32, 1.3] {
+            let (want, got) = (scores::score_stats(host, temp), g.score_stats(&t, r, temp));
+            let what = format!("row {r} at t = {temp}");
+            assert_eq!(
+                (got.count, got.max.to_bits(), got.pos_inf),
+                (want.count, want.max.to_bits(), want.pos_inf),
+                "{what}: count, max, +inf"
+            );
+            if want.count > 0 && !want.pos_inf {
+                let rel = (got.total - want.total).abs() / want.total;
+                assert!(
+                    rel <= 1e-12,
+                    "{what}: total {} vs {}",
+                    got.total,
+                    want.total
+                );
+            }
+            if want.count == 0 || want.pos_inf {
+                continue;
+            }
+            for (floor, cap) in [
+                (want.max - 2.0, 4096),
+                (want.max - 9.0, 50_000),
+                (want.max - 9.0, 10),
+            ] {
+                let want = scores::scores_above(host, temp, floor, cap);
+                let got = g.scores_above(&t, r, temp, floor, cap).map(|mut v| {
+                    v.sort_unstable_by_key(|&(id, _)| id);
+                    v
+                });
+                let bits = |v: Option<Vec<(u32, f32)>>| {
+                    v.map(|v| {
+                        v.into_iter()
+                            .map(|(i, s)| (i, s.to_bits()))
+                            .collect::<Vec<_>>()
+                    })
+                };
+                assert_eq!(bits(got), bits(want), "{what}: above {floor} (cap {cap})");
+            }
+        }
+    }
+    let configs = [
+        SamplerConfig {
+            temperature: 0.8,
+            top_p: 0.9,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 1.1,
+            top_k: 40,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 0.7,
+            min_p: 0.05,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 0.9,
+            top_k: 64,
+            top_p: 0.95,
+            min_p: 0.02,
+            ..SamplerConfig::default()
+        },
+    ];
+    for (r, host) in rows.iter().enumerate().take(2) {
+        for cfg in &configs {
+            let (mut on_device, mut on_host) =
+                (Sampler::new(cfg.clone()), Sampler::new(cfg.clone()));
+            let row = DeviceRow {
+                g: &g,
+                t: &t,
+                row: r,
+            };
+            for step in 0..30 {
+                assert_eq!(
+                    on_device.sample_from(&row, &[]),
+                    on_host.sample(host, &[]),
+                    "row {r}, {cfg:?}, draw {step}"
+                );
+            }
+        }
+    }
 }

@@ -71,13 +71,15 @@ impl<B: Backend + 'static> Engine<B> {
         let mut tokens = Vec::new();
 
         // Greedy decoding without penalties is an argmax: chosen where the
-        // logits are (the GPU sends back one id, not the vocabulary).
+        // logits are (the GPU sends back one id, not the vocabulary); other
+        // settings sample from summaries of them where the backend makes
+        // those (Session::feed_sample).
         let argmax = params.sampler.is_plain_greedy();
         let mut choose = |session: &mut Session<'_, B>, fed: &[u32], history: &[u32]| {
             Ok::<_, EngineError>(if argmax {
                 session.feed_argmax(fed)?
             } else {
-                sampler.sample(&session.feed(fed, false)?, history)
+                session.feed_sample(fed, &mut sampler, history)?
             })
         };
         let t0 = Instant::now();

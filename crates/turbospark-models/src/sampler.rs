@@ -73,6 +73,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 pub use turbospark_backend::argmax;
+use turbospark_backend::{ScoreStats, scores};
 
 /// Temperatures at or below this are greedy decoding.
 const GREEDY_TEMPERATURE: f32 = 1e-6;
@@ -198,14 +199,26 @@ impl Sampler {
     /// seen so far (prompt and generated) and only matters for penalties.
     /// See the module documentation for the pipeline and the edge cases.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let greedy = self.cfg.is_greedy();
-        // Drawn up front so every non-greedy call advances the stream by
-        // exactly one step, whatever happens below.
-        let u = if greedy { 0.0 } else { unit_f64(&mut self.rng) };
+        let u = self.draw_u();
+        self.choose(logits, history, u)
+    }
+
+    /// The uniform number of one call, drawn up front so every non-greedy
+    /// call advances the stream by exactly one step, whatever happens
+    /// after; greedy calls draw none.
+    fn draw_u(&mut self) -> f64 {
+        if self.cfg.is_greedy() {
+            0.0
+        } else {
+            unit_f64(&mut self.rng)
+        }
+    }
+
+    /// [`Sampler::sample`] with its uniform number drawn.
+    fn choose(&mut self, logits: &[f32], history: &[u32], u: f64) -> u32 {
         if logits.is_empty() {
             return 0;
         }
-
         let logits: &[f32] = if self.cfg.has_penalties() && !history.is_empty() {
             self.penalised.clear();
             self.penalised.extend_from_slice(logits);
@@ -219,7 +232,7 @@ impl Sampler {
         } else {
             logits
         };
-        if greedy {
+        if self.cfg.is_greedy() {
             return argmax(logits);
         }
 
@@ -235,7 +248,17 @@ impl Sampler {
             cand.retain(|c| c.score == f32::INFINITY);
             cand.iter_mut().for_each(|c| c.score = 0.0);
         }
+        self.filter_and_draw(u, None)
+            .expect("a nucleus over every candidate is always found")
+    }
 
+    /// Top-k, top-p, min-p and the draw over `self.candidates` (in id
+    /// order, or any order when top-k follows). With `total` (the weight of
+    /// every candidate of the row, of which the list holds only the
+    /// highest-scoring: [`Sampler::sample_from`]), `None` when the nucleus
+    /// reaches past the list.
+    fn filter_and_draw(&mut self, u: f64, total: Option<f64>) -> Option<u32> {
+        let cand = &mut self.candidates;
         let mut sorted = false;
         let k = self.cfg.top_k;
         if k > 0 && k < cand.len() {
@@ -245,7 +268,9 @@ impl Sampler {
 
         let top_p = self.cfg.top_p;
         if top_p < 1.0 && cand.len() > 1 {
-            nucleus(cand, f64::from(top_p), sorted, &mut self.parts);
+            if !nucleus(cand, f64::from(top_p), sorted, &mut self.parts, total) {
+                return None;
+            }
             sorted = true;
         }
 
@@ -281,11 +306,109 @@ impl Sampler {
         for c in cand.iter() {
             cum += f64::from(c.score);
             if r < cum {
-                return c.id;
+                return Some(c.id);
             }
         }
         // Only reachable through rounding at the very top of the range.
-        cand.last().map_or(0, |c| c.id)
+        Some(cand.last().map_or(0, |c| c.id))
+    }
+
+    /// [`Sampler::sample`] of a row held elsewhere (a GPU's), asking it for
+    /// summaries first: the candidates' [`ScoreStats`], then those scoring
+    /// above a floor that every token the filters can keep clears (top-k:
+    /// max − 4, − 8, ... − 64 until k are above; top-p: the weight
+    /// (1 − top_p) · total / n, below which the nucleus never reaches;
+    /// min-p: its threshold), at most [`ABOVE_CAP`] of them. Everything
+    /// else reads the whole row: penalties, temperature alone, +inf scores,
+    /// a floor that lets more than the cap through, a nucleus longer than
+    /// the list. The draws equal `sample`'s on the same row, except that a
+    /// top-p cut without top-k uses the row's total as the backend sums it,
+    /// which moves the cut only where the cumulative weight lands within
+    /// rounding of top_p · total.
+    pub fn sample_from(&mut self, row: &dyn Scores, history: &[u32]) -> u32 {
+        let cfg = &self.cfg;
+        let (k, top_p, min_p) = (cfg.top_k, cfg.top_p, cfg.min_p);
+        let min_p_on = min_p > 0.0 && min_p.is_finite();
+        if cfg.is_greedy()
+            || (cfg.has_penalties() && !history.is_empty())
+            || (k == 0 && top_p >= 1.0 && !min_p_on)
+        {
+            return self.sample(&row.row(), history);
+        }
+        let t = cfg.temperature;
+        let u = self.draw_u();
+        let st = row.stats(t);
+        let list = if st.count == 0 || st.pos_inf {
+            None
+        } else if k > 0 {
+            // Wider until k are above; more than the cap stays more.
+            let mut found = None;
+            for d in [4.0, 8.0, 16.0, 32.0, 64.0] {
+                match row.above(t, st.max - d, ABOVE_CAP) {
+                    Some(l) if l.len() >= k.min(st.count) => {
+                        found = Some(l);
+                        break;
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            found
+        } else {
+            let weight_floor = if top_p < 1.0 {
+                (1.0 - f64::from(top_p)) * st.total / st.count as f64
+            } else {
+                f64::from(min_p).min(1.0)
+            };
+            let floor = (weight_floor.ln() + f64::from(st.max) - 1e-3) as f32;
+            if floor.is_finite() {
+                row.above(t, floor, ABOVE_CAP)
+            } else {
+                None
+            }
+        };
+        let Some(mut list) = list else {
+            return self.choose(&row.row(), history, u);
+        };
+        // In id order, so that a list of every candidate is `sample`'s.
+        list.sort_unstable_by_key(|&(id, _)| id);
+        let whole = list.len() == st.count;
+        self.candidates.clear();
+        self.candidates
+            .extend(list.iter().map(|&(id, score)| Candidate { id, score }));
+        let total = (!whole && k == 0).then_some(st.total);
+        match self.filter_and_draw(u, total) {
+            Some(id) => id,
+            None => self.choose(&row.row(), history, u),
+        }
+    }
+}
+
+/// Most candidates [`Sampler::sample_from`] asks a row for at once.
+pub const ABOVE_CAP: usize = 4096;
+
+/// A row of logits held elsewhere (a GPU's) that answers for its
+/// candidates (`turbospark_backend::scores` defines them) without being
+/// read whole: [`Sampler::sample_from`].
+pub trait Scores {
+    /// `turbospark_backend::scores::score_stats` of the row.
+    fn stats(&self, t: f32) -> ScoreStats;
+    /// `turbospark_backend::scores::scores_above` of the row (any order).
+    fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>>;
+    /// The whole row.
+    fn row(&self) -> Vec<f32>;
+}
+
+/// A row at hand answers from itself.
+impl Scores for [f32] {
+    fn stats(&self, t: f32) -> ScoreStats {
+        scores::score_stats(self, t)
+    }
+    fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
+        scores::scores_above(self, t, floor, cap)
+    }
+    fn row(&self) -> Vec<f32> {
+        self.to_vec()
     }
 }
 
@@ -359,14 +482,23 @@ fn top_k(cand: &mut Vec<Candidate>, k: usize) {
 /// Keeps the nucleus of `cand`: its smallest prefix, highest score first,
 /// whose weights reach `top_p` of the total weight; at least one, and all
 /// of them when rounding keeps the sum short of it. Leaves `cand` sorted.
+/// With `given`, the total of a row of which `cand` holds only the
+/// highest-scoring candidates: false (nothing kept) when the nucleus
+/// reaches past them.
 /// When `cand` is not sorted yet (top-k is off: the whole vocabulary), the
 /// total is summed in id order ([`chunked_sum`]) and the prefix is found
 /// by partial selection, 64 candidates at first and four times as many each time the
 /// nucleus is longer, instead of sorting the vocabulary (a sort of 201,088
 /// candidates costs ~8 ms a token, far more than a GPU decode step).
-fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool, parts: &mut Vec<f64>) {
+fn nucleus(
+    cand: &mut Vec<Candidate>,
+    top_p: f64,
+    sorted: bool,
+    parts: &mut Vec<f64>,
+    given: Option<f64>,
+) -> bool {
     let max = max_score(cand, sorted);
-    let total = chunked_sum(cand, |c| weight(c.score, max), parts);
+    let total = given.unwrap_or_else(|| chunked_sum(cand, |c| weight(c.score, max), parts));
     let target = top_p * total;
     // The search runs over cand[..limit] first. Unsorted, the candidates
     // scoring at least a floor are moved to the front: they are a prefix of
@@ -403,10 +535,10 @@ fn nucleus(cand: &mut Vec<Candidate>, top_p: f64, sorted: bool, parts: &mut Vec<
             cum >= target
         }) {
             cand.truncate(i + 1);
-            return;
+            return true;
         }
         if prefix == cand.len() {
-            return;
+            return given.is_none();
         }
         if prefix == limit {
             limit = cand.len();
@@ -822,6 +954,158 @@ mod tests {
                     &format!("top_k {k}, holes {holes}"),
                 );
             }
+        }
+    }
+
+    /// A row that counts how often it is read whole.
+    struct Counted<'a> {
+        row: &'a [f32],
+        reads: std::cell::Cell<usize>,
+    }
+
+    impl Scores for Counted<'_> {
+        fn stats(&self, t: f32) -> ScoreStats {
+            self.row.stats(t)
+        }
+        fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
+            // Any order: the device's is not the host's.
+            self.row.above(t, floor, cap).map(|mut v| {
+                v.reverse();
+                v
+            })
+        }
+        fn row(&self) -> Vec<f32> {
+            self.reads.set(self.reads.get() + 1);
+            self.row.to_vec()
+        }
+    }
+
+    /// Sampling from summaries draws what sampling the row draws, call for
+    /// call on one RNG stream, and reads the row whole only where it must:
+    /// top-k, top-p and min-p on peaked rows of 50,000 (with NaN, −inf and
+    /// +inf holes in some) use the summaries; penalties, temperature alone,
+    /// greedy, a flat row (too many candidates above any floor) and +inf
+    /// scores read the row.
+    #[test]
+    fn sample_from_summaries_equals_sample() {
+        let mut peaked = random_logits(30, 50_000);
+        for (i, l) in peaked.iter_mut().enumerate() {
+            *l = *l * 0.25 + if i % 1_009 == 0 { 11.0 } else { 0.0 };
+        }
+        let mut holes = peaked.clone();
+        for i in (3..holes.len()).step_by(11) {
+            holes[i] = [f32::NAN, f32::NEG_INFINITY][i % 2];
+        }
+        let mut infinite = peaked.clone();
+        infinite[77] = f32::INFINITY;
+        let flat = vec![0.5f32; 50_000];
+        let base = SamplerConfig {
+            temperature: 0.8,
+            seed: 5,
+            ..SamplerConfig::default()
+        };
+        let cases: [(SamplerConfig, &[f32], bool); 11] = [
+            (
+                SamplerConfig {
+                    top_p: 0.9,
+                    ..base.clone()
+                },
+                &peaked,
+                true,
+            ),
+            (
+                SamplerConfig {
+                    top_p: 0.5,
+                    ..base.clone()
+                },
+                &holes,
+                true,
+            ),
+            (
+                SamplerConfig {
+                    top_k: 40,
+                    ..base.clone()
+                },
+                &peaked,
+                true,
+            ),
+            (
+                SamplerConfig {
+                    top_k: 40,
+                    top_p: 0.95,
+                    min_p: 0.05,
+                    ..base.clone()
+                },
+                &holes,
+                true,
+            ),
+            (
+                SamplerConfig {
+                    min_p: 0.1,
+                    ..base.clone()
+                },
+                &peaked,
+                true,
+            ),
+            (
+                SamplerConfig {
+                    top_k: 3,
+                    ..base.clone()
+                },
+                &flat,
+                false,
+            ),
+            (
+                SamplerConfig {
+                    top_p: 0.9,
+                    ..base.clone()
+                },
+                &flat,
+                false,
+            ),
+            (
+                SamplerConfig {
+                    top_p: 0.9,
+                    ..base.clone()
+                },
+                &infinite,
+                false,
+            ),
+            (
+                SamplerConfig {
+                    top_p: 0.9,
+                    repetition_penalty: 1.3,
+                    ..base.clone()
+                },
+                &peaked,
+                false,
+            ),
+            (base.clone(), &peaked, false),
+            (
+                SamplerConfig {
+                    temperature: 0.0,
+                    ..base.clone()
+                },
+                &peaked,
+                false,
+            ),
+        ];
+        for (cfg, row, summaries) in cases {
+            let (mut direct, mut from) = (Sampler::new(cfg.clone()), Sampler::new(cfg.clone()));
+            let counted = Counted {
+                row,
+                reads: std::cell::Cell::new(0),
+            };
+            let history = [1, 2, 3];
+            for step in 0..25 {
+                assert_eq!(
+                    from.sample_from(&counted, &history),
+                    direct.sample(row, &history),
+                    "{cfg:?}, call {step}"
+                );
+            }
+            let reads = counted.reads.get();
+            assert_eq!(reads == 0, summaries, "{cfg:?}: {reads} whole reads");
         }
     }
 

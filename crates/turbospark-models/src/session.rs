@@ -9,11 +9,12 @@
 //! buffer, so one recording serves the whole sequence (it is dropped when
 //! the storage is replaced by `reset`).
 
-use turbospark_backend::Backend;
+use turbospark_backend::{Backend, ScoreStats};
 
 use crate::error::{ModelError, Result};
 use crate::families::CausalLm;
 use crate::kv_cache::KvCache;
+use crate::sampler::{Sampler, Scores};
 
 pub struct Session<'m, B: Backend> {
     be: &'m B,
@@ -145,6 +146,25 @@ impl<'m, B: Backend> Session<'m, B> {
         self.feed_last(tokens, |be, l| be.argmax(l)[0])
     }
 
+    /// Appends `tokens` and samples the next token from the last logits
+    /// with `sampler` (`history`: the ids its penalties see). Where the
+    /// backend summarizes logits where they are (a GPU), through
+    /// [`Sampler::sample_from`]: a few numbers come back instead of the row.
+    pub fn feed_sample(
+        &mut self,
+        tokens: &[u32],
+        sampler: &mut Sampler,
+        history: &[u32],
+    ) -> Result<u32> {
+        self.feed_last(tokens, |be, logits| {
+            if be.summarizes_scores() {
+                sampler.sample_from(&BackendRow { be, logits }, history)
+            } else {
+                sampler.sample(&be.to_host(logits), history)
+            }
+        })
+    }
+
     fn check_feed(&self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(ModelError::EmptyPrompt);
@@ -239,5 +259,24 @@ impl<'m, B: Backend> Session<'m, B> {
             batch,
             logits,
         }))
+    }
+}
+
+/// The one row of logits `[1, vocab]` a step leaves on the backend, as the
+/// sampler asks for it.
+struct BackendRow<'a, B: Backend> {
+    be: &'a B,
+    logits: &'a B::Tensor,
+}
+
+impl<B: Backend> Scores for BackendRow<'_, B> {
+    fn stats(&self, t: f32) -> ScoreStats {
+        self.be.score_stats(self.logits, 0, t)
+    }
+    fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
+        self.be.scores_above(self.logits, 0, t, floor, cap)
+    }
+    fn row(&self) -> Vec<f32> {
+        self.be.to_host(self.logits)
     }
 }

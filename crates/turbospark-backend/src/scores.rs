@@ -1,0 +1,102 @@
+//! What sampling needs of a row of logits, computed where the logits are:
+//! the candidates' statistics and the candidates above a floor, so that a
+//! GPU sends back a few numbers instead of the row. The sampler
+//! (`turbospark_models::sampler`) defines the candidates: the scores
+//! `l / t` (f32) that are neither NaN nor −inf. This module is the host
+//! definition, which [`crate::Backend`]'s default methods (and so the CPU
+//! backend) use and a device implementation must match; it must not know
+//! how the sampler uses them.
+
+/// Statistics of one row's candidates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreStats {
+    /// How many scores are candidates.
+    pub count: usize,
+    /// The largest candidate score (−inf when there is none).
+    pub max: f32,
+    /// Whether any score is +inf.
+    pub pos_inf: bool,
+    /// Σ exp(score − max) over the candidates, in f64 (exp of the f64
+    /// difference); the order of the sum is the implementation's, so two
+    /// implementations agree to f64 rounding. 0 without candidates;
+    /// meaningless when some score is +inf.
+    pub total: f64,
+}
+
+/// [`ScoreStats`] of `logits` scaled by `1 / t`.
+pub fn score_stats(logits: &[f32], t: f32) -> ScoreStats {
+    let mut count = 0;
+    let mut max = f32::NEG_INFINITY;
+    let mut pos_inf = false;
+    for &l in logits {
+        let s = l / t;
+        if s > f32::NEG_INFINITY {
+            count += 1;
+            max = max.max(s);
+            pos_inf |= s == f32::INFINITY;
+        }
+    }
+    let total = if count == 0 || pos_inf {
+        0.0
+    } else {
+        let m = f64::from(max);
+        logits
+            .iter()
+            .map(|&l| l / t)
+            .filter(|&s| s > f32::NEG_INFINITY)
+            .map(|s| (f64::from(s) - m).exp())
+            .sum()
+    };
+    ScoreStats {
+        count,
+        max,
+        pos_inf,
+        total,
+    }
+}
+
+/// The candidates of `logits` scaled by `1 / t` whose score is at least
+/// `floor` (finite), as (id, score) in id order; `None` when there are
+/// more than `cap`.
+pub fn scores_above(logits: &[f32], t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
+    let mut out = Vec::new();
+    for (id, &l) in logits.iter().enumerate() {
+        let s = l / t;
+        if s >= floor {
+            if out.len() == cap {
+                return None;
+            }
+            out.push((id as u32, s));
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_count_candidates_only() {
+        let l = [1.0, f32::NAN, f32::NEG_INFINITY, 3.0, -2.0];
+        let s = score_stats(&l, 0.5);
+        assert_eq!((s.count, s.max, s.pos_inf), (3, 6.0, false));
+        let want = 1.0 + (2.0f64 - 6.0).exp() + (-4.0f64 - 6.0).exp();
+        assert!((s.total - want).abs() < 1e-15, "{} vs {want}", s.total);
+        let s = score_stats(&[f32::NAN, f32::NEG_INFINITY], 1.0);
+        assert_eq!((s.count, s.max, s.total), (0, f32::NEG_INFINITY, 0.0));
+        assert!(score_stats(&[1.0, f32::INFINITY], 1.0).pos_inf);
+    }
+
+    #[test]
+    fn above_keeps_id_order_and_the_cap() {
+        let l = [0.5, 2.0, f32::NAN, 1.0, f32::INFINITY, -3.0];
+        assert_eq!(
+            scores_above(&l, 1.0, 1.0, 8),
+            Some(vec![(1, 2.0), (3, 1.0), (4, f32::INFINITY)])
+        );
+        assert_eq!(scores_above(&l, 1.0, 1.0, 3).map(|v| v.len()), Some(3));
+        assert_eq!(scores_above(&l, 1.0, 1.0, 2), None);
+        assert_eq!(scores_above(&l, 2.0, 0.25, 8).map(|v| v.len()), Some(4));
+    }
+}
