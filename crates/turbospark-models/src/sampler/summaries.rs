@@ -9,7 +9,7 @@ impl Sampler {
     /// [`Sampler::sample`] of a row held elsewhere (a GPU's), asking it for
     /// summaries first: the candidates' [`ScoreStats`], then those scoring
     /// above a floor that every token the filters can keep clears (top-k:
-    /// max − 4, − 8, ... − 64 until k are above; top-p: the weight
+    /// one with between k and the cap above it, [`top_k_list`]; top-p: the weight
     /// (1 − top_p) · total / n, below which the nucleus never reaches;
     /// min-p: its threshold), at most [`ABOVE_CAP`] of them. Everything
     /// else reads the whole row: penalties, temperature alone, +inf scores,
@@ -34,19 +34,7 @@ impl Sampler {
         let list = if st.count == 0 || st.pos_inf {
             None
         } else if k > 0 {
-            // Wider until k are above; more than the cap stays more.
-            let mut found = None;
-            for d in [4.0, 8.0, 16.0, 32.0, 64.0] {
-                match row.above(t, st.max - d, ABOVE_CAP) {
-                    Some(l) if l.len() >= k.min(st.count) => {
-                        found = Some(l);
-                        break;
-                    }
-                    Some(_) => {}
-                    None => break,
-                }
-            }
-            found
+            top_k_list(row, t, st.max, k.min(st.count))
         } else {
             let weight_floor = if top_p < 1.0 {
                 (1.0 - f64::from(top_p)) * st.total / st.count as f64
@@ -75,6 +63,34 @@ impl Sampler {
             None => self.choose(&row.row(), history, u),
         }
     }
+}
+
+/// Probes [`top_k_list`] makes at most (each a device launch and readback).
+const TOP_K_PROBES: usize = 16;
+
+/// The candidates of `row` above a floor that at least `need` of them
+/// clear, and no more than [`ABOVE_CAP`]: `max − d` for d = 4, widened by
+/// doubling while too few are above (up to 64 below the max), then bisected
+/// between too few and too many, [`TOP_K_PROBES`] probes at most. A row
+/// whose k best hold a score just above a dense band of others needs the
+/// bisection (more than the cap one step wider, fewer than k one narrower);
+/// `None` where no probe lands between.
+fn top_k_list(row: &dyn Scores, t: f32, max: f32, need: usize) -> Option<Vec<(u32, f32)>> {
+    let (mut few, mut many) = (0.0f32, None::<f32>);
+    let mut d = 4.0f32;
+    for _ in 0..TOP_K_PROBES {
+        match row.above(t, max - d, ABOVE_CAP) {
+            Some(l) if l.len() >= need => return Some(l),
+            Some(_) => few = d,
+            None => many = Some(d),
+        }
+        d = match many {
+            Some(m) => (few + m) / 2.0,
+            None if d >= 64.0 => return None,
+            None => d * 2.0,
+        };
+    }
+    None
 }
 
 /// Most candidates [`Sampler::sample_from`] asks a row for at once.

@@ -368,7 +368,8 @@ impl Scores for Counted<'_> {
 /// Sampling from summaries draws what sampling the row draws, call for
 /// call on one RNG stream, and reads the row whole only where it must:
 /// top-k, top-p and min-p on peaked rows of 50,000 (with NaN, −inf and
-/// +inf holes in some) use the summaries; penalties, temperature alone,
+/// +inf holes in some; a top-k whose k-th best lies in a dense band far
+/// below the max) use the summaries; penalties, temperature alone,
 /// greedy, a flat row (too many candidates above any floor) and +inf
 /// scores read the row.
 #[test]
@@ -383,13 +384,18 @@ fn sample_from_summaries_equals_sample() {
     }
     let mut infinite = peaked.clone();
     infinite[77] = f32::INFINITY;
+    // 39 peaks far above a dense band: the 40th best is in the band.
+    let mut deep = random_logits(31, 50_000);
+    for (i, l) in deep.iter_mut().enumerate() {
+        *l = *l * 0.25 + if i % 1_300 == 0 { 20.0 } else { 0.0 };
+    }
     let flat = vec![0.5f32; 50_000];
     let base = SamplerConfig {
         temperature: 0.8,
         seed: 5,
         ..SamplerConfig::default()
     };
-    let cases: [(SamplerConfig, &[f32], bool); 11] = [
+    let cases: [(SamplerConfig, &[f32], bool); 12] = [
         (
             SamplerConfig {
                 top_p: 0.9,
@@ -430,6 +436,14 @@ fn sample_from_summaries_equals_sample() {
                 ..base.clone()
             },
             &peaked,
+            true,
+        ),
+        (
+            SamplerConfig {
+                top_k: 40,
+                ..base.clone()
+            },
+            &deep,
             true,
         ),
         (
