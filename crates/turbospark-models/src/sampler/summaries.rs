@@ -8,13 +8,13 @@ use super::{Candidate, Sampler};
 impl Sampler {
     /// [`Sampler::sample`] of a row held elsewhere (a GPU's), asking it for
     /// summaries first: the candidates' [`ScoreStats`], then those scoring
-    /// above a floor that every token the filters can keep clears (top-k:
-    /// one with between k and the cap above it, [`top_k_list`]; top-p: the weight
-    /// (1 − top_p) · total / n, below which the nucleus never reaches;
-    /// min-p: its threshold), at most [`ABOVE_CAP`] of them. Everything
-    /// else reads the whole row: penalties, temperature alone, +inf scores,
-    /// a floor that lets more than the cap through, a nucleus longer than
-    /// the list. The draws equal `sample`'s on the same row, except that a
+    /// above a floor that every token the filters can keep clears, at most
+    /// [`ABOVE_CAP`] of them (top-k: a floor with between k and the cap
+    /// above it, [`top_k_list`]; top-p: the weight (1 − top_p) · total / n,
+    /// below which the nucleus never reaches; min-p: its threshold).
+    /// Everything else reads the whole row: penalties, temperature alone,
+    /// +inf scores, floors that let more than the cap through, a nucleus
+    /// longer than the list. The draws equal `sample`'s on the same row, except that a
     /// top-p cut without top-k uses the row's total as the backend sums it,
     /// which moves the cut only where the cumulative weight lands within
     /// rounding of top_p · total.
