@@ -255,6 +255,16 @@ pub struct BenchArgs {
     /// growth, which a serving process pays once.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
+    /// Decode by sampling at this temperature instead of greedily (0 =
+    /// greedy, the default), with the filters below, as `run` samples.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,

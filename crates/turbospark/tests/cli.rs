@@ -284,8 +284,9 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
     assert_eq!(json["layers"], 1);
     assert_eq!(json["prompt_len"], 8);
     assert_eq!(json["gen_len"], 2);
-    // One untimed warmup by default (`--warmup`).
+    // One untimed warmup by default (`--warmup`), greedy decode.
     assert_eq!(json["warmup"], 1);
+    assert!(json["sampling"].is_null(), "{json}");
     for k in [
         "prefill_tok_s",
         "decode_tok_s",
@@ -322,6 +323,42 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
     // The CPU has no device memory of its own; its peak is the RSS.
     assert!(json["peak_gpu_bytes"].is_null(), "{json}");
     assert!(num("peak_rss_bytes") >= num("rss_bytes"));
+}
+
+/// `bench --temperature` decodes by sampling, as `run` does, and says so.
+#[test]
+fn bench_samples_when_asked() {
+    let out = turbospark(&[
+        "bench",
+        "--synthetic",
+        "qwen3-0.6b",
+        "--layers",
+        "1",
+        "--prompt-len",
+        "8",
+        "--gen-len",
+        "3",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "40",
+        "--top-p",
+        "0.9",
+        "--json",
+        "--device",
+        "cpu",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &json["sampling"];
+    assert_eq!(s["temperature"].as_f64(), Some(0.8f32 as f64), "{json}");
+    assert_eq!(s["top_k"], 40, "{json}");
+    assert_eq!(s["top_p"].as_f64(), Some(0.9f32 as f64), "{json}");
+    assert!(json["decode_tok_s"].as_f64().unwrap() > 0.0, "{json}");
 }
 
 #[test]

@@ -1,9 +1,12 @@
 //! `turbospark bench`: prefill and decode speed, on a model directory or on
 //! random weights of a real model's shapes made in memory (`--synthetic`).
 //! Prefill runs `--prompt-len` pseudo-random tokens as one prompt; decode
-//! then generates `--gen-len` tokens greedily, one at a time, the way `run`
-//! does (on a GPU: replayed decode graphs, the argmax chosen on the device).
-//! `--warmup` untimed runs of the same prompt come first (default one).
+//! then generates `--gen-len` tokens one at a time, the way `run` does:
+//! greedily (on a GPU: replayed decode graphs, the argmax chosen on the
+//! device), or sampled with `--temperature` and the top-k / top-p / min-p
+//! filters (on a GPU: from summaries of the logits where they settle the
+//! draw). `--warmup` untimed runs of a prompt of the same length come first
+//! (default one).
 //!
 //! Decode at batch 1 is bound by memory bandwidth, so the report sets the
 //! bytes one decoded token reads (active weights plus the KV rows attention
@@ -20,6 +23,8 @@ use serde_json::json;
 use turbospark_backend::Backend;
 use turbospark_engine::Engine;
 use turbospark_format::{AttnSpan, ModelSpec};
+use turbospark_models::Session;
+use turbospark_models::sampler::{Sampler, SamplerConfig};
 use turbospark_text::GenerationConfig;
 
 pub use device::DeviceStats;
@@ -77,23 +82,40 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     // The warmup's prompt differs from the timed one (same length): MoE
     // prefill sizes its per-expert work by how the tokens route, so a
     // repeated prompt would find exactly its own shapes already prepared.
+    let sampling = SamplerConfig {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        ..SamplerConfig::default()
+    };
+    // The next token as `run` chooses it: greedy where the logits are (on a
+    // GPU only its id comes back), else sampled (`Session::feed_sample`).
+    let greedy = sampling.is_plain_greedy();
+    let mut sampler = Sampler::new(sampling.clone());
+    // No penalties here, so the sampler needs no history.
+    let mut choose = |session: &mut Session<'_, B>, fed: &[u32]| -> Result<u32> {
+        Ok(if greedy {
+            session.feed_argmax(fed)?
+        } else {
+            session.feed_sample(fed, &mut sampler, &[])?
+        })
+    };
     for _ in 0..a.warmup {
         let other: Vec<u32> = (0..prompt.len()).map(|_| next()).collect();
         let mut warm = engine.session(prompt.len() + 3);
-        let token = warm.feed_argmax(&other)?;
-        let token = warm.feed_argmax(&[token])?;
-        warm.feed_argmax(&[token])?;
+        let token = choose(&mut warm, &other)?;
+        let token = choose(&mut warm, &[token])?;
+        choose(&mut warm, &[token])?;
     }
     let mut session = engine.session(prompt.len() + a.gen_len + 1);
-    // Greedy generation, as `run` does it: the next token is chosen where
-    // the logits are (on a GPU only its id comes back).
     let t0 = Instant::now();
-    let mut token = session.feed_argmax(&prompt)?;
+    let mut token = choose(&mut session, &prompt)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     sample_gpu(&engine.be)?;
     let t1 = Instant::now();
     for _ in 0..a.gen_len {
-        token = session.feed_argmax(&[token])?;
+        token = choose(&mut session, &[token])?;
     }
     let decode_s = t1.elapsed().as_secs_f64();
     sample_gpu(&engine.be)?;
@@ -119,7 +141,7 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
             json!({"model": model_name, "device": engine.be.name(), "decode_graph": recorded,
                 "device_name": engine.be.describe(), "threads": threads, "quant": quant,
                 "layers": spec.num_layers, "prompt_len": prompt.len(), "gen_len": a.gen_len,
-                "warmup": a.warmup,
+                "warmup": a.warmup, "sampling": (!greedy).then_some(&sampling),
                 "prefill_tok_s": prefill, "decode_tok_s": decode,
                 "weight_bytes_per_token": weight_bytes, "kv_bytes_per_token": kv_bytes,
                 "bytes_per_token": bytes_per_token, "decode_gb_s": decode_bandwidth / 1e9,
@@ -140,7 +162,15 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     );
     println!("device  {} ({})", engine.be.name(), engine.be.describe());
     println!("prefill {prefill:>9.1} tok/s  ({} tokens)", prompt.len());
-    println!("decode  {decode:>9.1} tok/s  ({} tokens)", a.gen_len);
+    let how = if greedy {
+        "greedy".to_string()
+    } else {
+        format!(
+            "sampled: temperature {}, top-k {}, top-p {}, min-p {}",
+            a.temperature, a.top_k, a.top_p, a.min_p
+        )
+    };
+    println!("decode  {decode:>9.1} tok/s  ({} tokens, {how})", a.gen_len);
     println!(
         "read per decoded token {} (weights {} + KV {})",
         size(bytes_per_token),
