@@ -11,7 +11,6 @@
 
 use turbospark_backend::{Backend, Experts, MoeParams, Quant};
 use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
-use turbospark_cuda::gemm::XType;
 use turbospark_cuda::{Cuda, CudaTensor, CudaWeight, Precision};
 use turbospark_format::{DType, ExpertAct, Routing};
 
@@ -34,11 +33,7 @@ fn linear_case(
     let (mut c, mut o) = (Cpu.tensor(n, m), g.tensor(n, m));
     Cpu.linear(&cx, &w.0, b.as_ref().map(|b| &b.0), &mut c);
     g.linear(&gx, &w.1, b.as_ref().map(|b| &b.1), &mut o);
-    let tol = match (n < 4, XType::of(&w.1)) {
-        (true, _) => gemv_tol(g, &w.1, n),
-        (false, XType::F32) => GEMM_F32_TOL,
-        (false, XType::Bf16) => GEMM_BF16_TOL,
-    };
+    let tol = linear_tol(g, &w.1, n);
     check(
         &format!("linear {what} n={n} k={k} m={m} bias={bias:?}"),
         g,
@@ -259,11 +254,7 @@ fn linear_add_accumulates_the_product() {
                 let (_, delta) = tensors(&g, &delta, n, m);
                 let mut c = Cpu.tensor(n, m);
                 Cpu.linear(&cx, &w.0, b.map(|b| &b.0), &mut c);
-                let tol = match (n < 4, XType::of(&w.1)) {
-                    (true, _) => gemv_tol(&g, &w.1, n),
-                    (false, XType::F32) => GEMM_F32_TOL,
-                    (false, XType::Bf16) => GEMM_BF16_TOL,
-                };
+                let tol = linear_tol(&g, &w.1, n);
                 check(
                     &format!("linear_add {fmt} k={k} m={m} n={n}"),
                     &g,

@@ -249,10 +249,10 @@ fn real_chat_templates_render_through_run_chat() {
     }
 }
 
-#[test]
-fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
-    // A real shape (Qwen3-0.6B's layer, embedding and head) with one layer.
-    let out = turbospark(&[
+/// `bench --json` on one layer of the qwen3-0.6b shape, 8 prompt tokens,
+/// on the CPU, with `extra` flags; its JSON object.
+fn bench_json(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "bench",
         "--synthetic",
         "qwen3-0.6b",
@@ -260,18 +260,24 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
         "1",
         "--prompt-len",
         "8",
-        "--gen-len",
-        "2",
         "--json",
         "--device",
         "cpu",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = turbospark(&args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
+    // A real shape (Qwen3-0.6B's layer, embedding and head) with one layer.
+    let json = bench_json(&["--gen-len", "2"]);
     let num = |k: &str| {
         json[k]
             .as_f64()
@@ -328,14 +334,7 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
 /// `bench --temperature` decodes by sampling, as `run` does, and says so.
 #[test]
 fn bench_samples_when_asked() {
-    let out = turbospark(&[
-        "bench",
-        "--synthetic",
-        "qwen3-0.6b",
-        "--layers",
-        "1",
-        "--prompt-len",
-        "8",
+    let json = bench_json(&[
         "--gen-len",
         "3",
         "--temperature",
@@ -344,16 +343,7 @@ fn bench_samples_when_asked() {
         "40",
         "--top-p",
         "0.9",
-        "--json",
-        "--device",
-        "cpu",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let s = &json["sampling"];
     assert_eq!(s["temperature"].as_f64(), Some(0.8f32 as f64), "{json}");
     assert_eq!(s["top_k"], 40, "{json}");

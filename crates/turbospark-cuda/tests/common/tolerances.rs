@@ -33,6 +33,7 @@
 //!   expert gives ≥ 0.4.
 //!
 
+use turbospark_cuda::gemm::XType;
 use turbospark_cuda::{Cuda, CudaWeight, Precision, WeightData};
 
 pub const F32_TOL: f32 = 1e-4;
@@ -41,6 +42,16 @@ pub const GEMM_BF16_TOL: f32 = 2e-2;
 pub const MOE_GROUPED_TOL: f32 = 5e-2;
 pub const GEMV_INT8_X_TOL: f32 = 3e-2;
 pub const GEMV_INT16_X_TOL: f32 = 1e-3;
+
+/// The bound of `linear` (or `linear_add`) on `n` rows of x with `w`: the
+/// GEMVs' below 4 rows, the GEMMs' (f32 or bf16 operands) from 4 on.
+pub fn linear_tol(g: &Cuda, w: &CudaWeight, n: usize) -> f32 {
+    match (n < 4, XType::of(w)) {
+        (true, _) => gemv_tol(g, w, n),
+        (false, XType::F32) => GEMM_F32_TOL,
+        (false, XType::Bf16) => GEMM_BF16_TOL,
+    }
+}
 
 /// The bound of a GEMV on `n` < 4 rows of x (see above).
 pub fn gemv_tol(g: &Cuda, w: &CudaWeight, n: usize) -> f32 {
