@@ -26,9 +26,9 @@
 //!    keep the smallest prefix of highest-probability tokens whose cumulative
 //!    probability is `>= top_p`; always at least one token. After top-k the
 //!    `k` candidates are sorted; without top-k the prefix is found by
-//!    partial selection (64 candidates, then 4× as many while the nucleus is
-//!    longer), not by sorting the vocabulary, and the total probability is
-//!    summed in id order.
+//!    halving selections (`select::rank`), not by sorting the vocabulary,
+//!    and the total probability is summed in id order. The draw walks the
+//!    nucleus in score order (a long one by the same halving).
 //! 5. **Min-p** (`min_p > 0`): keep tokens with `prob >= min_p * max_prob`.
 //! 6. **Draw** from the renormalised distribution with the sampler's own
 //!    ChaCha8 RNG seeded from [`SamplerConfig::seed`].
@@ -87,7 +87,7 @@ mod summaries;
 #[cfg(test)]
 mod tests;
 
-use select::{CHUNK, candidates, chunked_sum, max_score, nucleus, top_k};
+use select::{CHUNK, candidates, chunked_sum, max_score, nucleus, rank, top_k};
 pub use summaries::{ABOVE_CAP, Scores};
 
 /// Temperatures at or below this are greedy decoding.
@@ -274,19 +274,19 @@ impl Sampler {
     /// reaches past the list.
     fn filter_and_draw(&mut self, u: f64, total: Option<f64>) -> Option<u32> {
         let cand = &mut self.candidates;
-        let mut sorted = false;
+        // Whether `cand` is in score order, and whether the draw walks it
+        // in score order (after top-k or top-p) rather than in id order.
+        let (mut sorted, mut by_score) = (false, false);
         let k = self.cfg.top_k;
         if k > 0 && k < cand.len() {
             top_k(cand, k);
-            sorted = true;
+            (sorted, by_score) = (true, true);
         }
 
         let top_p = self.cfg.top_p;
         if top_p < 1.0 && cand.len() > 1 {
-            if !nucleus(cand, f64::from(top_p), sorted, &mut self.parts, total) {
-                return None;
-            }
-            sorted = true;
+            sorted = nucleus(cand, f64::from(top_p), sorted, &mut self.parts, total)?;
+            by_score = true;
         }
 
         let max = max_score(cand, sorted);
@@ -306,6 +306,22 @@ impl Sampler {
             } else {
                 cand.retain(|c| weight(c.score, max) >= threshold);
             }
+        }
+
+        if by_score && !sorted {
+            // A long nucleus left unsorted: the candidate where the running
+            // weight in score order passes r, found by halving, not by a
+            // sort. The weights are rounded to f32 as below.
+            let w = |c: &Candidate| f64::from(weight(c.score, max) as f32);
+            let r = u * chunked_sum(cand, w, &mut self.parts);
+            return Some(match rank(cand, w, |cum| r < cum, &mut self.parts) {
+                Some(i) => cand[i].id,
+                // Only through rounding at the very top: the last in order.
+                None => cand
+                    .iter()
+                    .max_by(|a, b| by_score_desc(a, b))
+                    .map_or(0, |c| c.id),
+            });
         }
 
         // Draw: scores become unnormalised probabilities.

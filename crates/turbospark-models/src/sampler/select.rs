@@ -1,5 +1,5 @@
 //! The sampler's passes over a vocabulary of candidates: building them,
-//! top-k, the nucleus, and sums of weights; parallel over chunks in an
+//! top-k, the nucleus, ranks by weight and sums of weights; parallel over chunks in an
 //! order that does not depend on the thread count (so neither do the
 //! draws). The pipeline that uses them is `super`'s.
 
@@ -76,14 +76,15 @@ pub(super) fn top_k(cand: &mut Vec<Candidate>, k: usize) {
 
 /// Keeps the nucleus of `cand`: its smallest prefix, highest score first,
 /// whose weights reach `top_p` of the total weight; at least one, and all
-/// of them when rounding keeps the sum short of it. Leaves `cand` sorted.
-/// With `given`, the total of a row of which `cand` holds only the
-/// highest-scoring candidates: false (nothing kept) when the nucleus
-/// reaches past them.
+/// of them when rounding keeps the sum short of it. With `given`, the total
+/// of a row of which `cand` holds only the highest-scoring candidates:
+/// `None` (nothing kept) when the nucleus reaches past them. Otherwise
+/// whether the nucleus is left sorted: always when `sorted` (after top-k),
+/// else when it is short; a long one (a flat row's: most of the
+/// vocabulary) is left in no order, and [`rank`] draws from it.
 /// When `cand` is not sorted yet (top-k is off: the whole vocabulary), the
-/// total is summed in id order ([`chunked_sum`]) and the prefix is found
-/// by partial selection, 64 candidates at first and four times as many each time the
-/// nucleus is longer, instead of sorting the vocabulary (a sort of 201,088
+/// total is summed in id order ([`chunked_sum`]) and the nucleus is found
+/// by [`rank`], not by sorting the vocabulary (a sort of 201,088
 /// candidates costs ~8 ms a token, far more than a GPU decode step).
 pub(super) fn nucleus(
     cand: &mut Vec<Candidate>,
@@ -91,55 +92,100 @@ pub(super) fn nucleus(
     sorted: bool,
     parts: &mut Vec<f64>,
     given: Option<f64>,
-) -> bool {
+) -> Option<bool> {
     let max = max_score(cand, sorted);
-    let total = given.unwrap_or_else(|| chunked_sum(cand, |c| weight(c.score, max), parts));
+    let w = |c: &Candidate| weight(c.score, max);
+    let total = given.unwrap_or_else(|| chunked_sum(cand, w, parts));
     let target = top_p * total;
-    // The search runs over cand[..limit] first. Unsorted, the candidates
-    // scoring at least a floor are moved to the front: they are a prefix of
-    // the sorted order (ties included), so the nucleus is either a prefix of
-    // them or found when the search goes on over every candidate, whatever
-    // the floor. The floor is where the nucleus should end: every candidate
-    // it holds weighs at least (1 − top_p) · total / n, since the lighter
-    // ones together weigh less than (1 − top_p) · total (its log, less 1e-3
-    // for `exp`'s rounding). On a peaked distribution that leaves a few
-    // hundred of a vocabulary to select from.
-    let mut limit = cand.len();
-    if !sorted {
-        let floor = ((1.0 - top_p) * total / cand.len() as f64).ln() + max - 1e-3;
-        let mut front = 0;
-        for j in 0..cand.len() {
-            if f64::from(cand[j].score) >= floor {
-                cand.swap(front, j);
-                front += 1;
-            }
-        }
-        limit = front.max(1);
-    }
-    let mut prefix = if sorted { limit } else { 64.min(limit) };
-    loop {
-        if !sorted {
-            if prefix < limit {
-                cand[..limit].select_nth_unstable_by(prefix - 1, by_score_desc);
-            }
-            cand[..prefix].sort_unstable_by(by_score_desc);
-        }
+    let reaches = |cum: f64| cum >= target;
+    if sorted {
         let mut cum = 0.0;
-        if let Some(i) = cand[..prefix].iter().position(|c| {
-            cum += weight(c.score, max);
-            cum >= target
-        }) {
-            cand.truncate(i + 1);
-            return true;
-        }
-        if prefix == cand.len() {
-            return given.is_none();
-        }
-        if prefix == limit {
-            limit = cand.len();
-        }
-        prefix = (prefix * 4).min(limit);
+        let end = cand.iter().position(|c| {
+            cum += w(c);
+            reaches(cum)
+        });
+        return match (end, given) {
+            (Some(i), _) => {
+                cand.truncate(i + 1);
+                Some(true)
+            }
+            (None, None) => Some(true),
+            (None, Some(_)) => None,
+        };
     }
+    // The search runs over the candidates scoring at least a floor first,
+    // moved to the front: they are a prefix of the sorted order (ties
+    // included), so the nucleus is either among them or found when the
+    // search goes on over every candidate, whatever the floor. The floor
+    // is where the nucleus should end: every candidate it holds weighs at
+    // least (1 − top_p) · total / n, since the lighter ones together weigh
+    // less than (1 − top_p) · total (its log, less 1e-3 for `exp`'s
+    // rounding). On a peaked distribution that leaves a few hundred of a
+    // vocabulary to search.
+    let floor = ((1.0 - top_p) * total / cand.len() as f64).ln() + max - 1e-3;
+    let mut front = 0;
+    for j in 0..cand.len() {
+        if f64::from(cand[j].score) >= floor {
+            cand.swap(front, j);
+            front += 1;
+        }
+    }
+    let end = match rank(&mut cand[..front], w, reaches, parts) {
+        Some(i) => Some(i),
+        None => rank(cand, w, reaches, parts),
+    };
+    match (end, given) {
+        (Some(i), _) => cand.truncate(i + 1),
+        (None, None) => {}
+        (None, Some(_)) => return None,
+    }
+    let short = cand.len() <= SORT_BELOW;
+    if short {
+        cand.sort_unstable_by(by_score_desc);
+    }
+    Some(short)
+}
+
+/// Lists up to this long are sorted by [`rank`] (and by [`nucleus`]);
+/// longer ones are halved.
+const SORT_BELOW: usize = 2048;
+
+/// Where the running sum of `w` over `cand` in score order (highest first,
+/// then lowest id) first `reaches` (a test that stays true once true):
+/// rearranges `cand` so that `cand[..=i]` are the candidates up to and
+/// including that one, in no particular order, and returns i; `None` when
+/// the whole sum does not reach. Instead of sorting, it halves the range
+/// still searched: the better half is selected (`select_nth_unstable`)
+/// and summed, and the search goes on in it or, past its sum, in the
+/// other; under [`SORT_BELOW`] candidates what is left is sorted and
+/// walked. O(n) for a range of n. The sum is associated differently from
+/// a walk down the sorted list, so a boundary can move only where the
+/// running sum lands within rounding of the target.
+pub(super) fn rank(
+    cand: &mut [Candidate],
+    w: impl Fn(&Candidate) -> f64 + Sync,
+    reaches: impl Fn(f64) -> bool,
+    parts: &mut Vec<f64>,
+) -> Option<usize> {
+    // Everything before `lo` precedes the searched range in score order
+    // and weighs `acc`; everything from `hi` on follows it.
+    let (mut lo, mut hi, mut acc) = (0, cand.len(), 0.0f64);
+    while hi - lo > SORT_BELOW {
+        let half = (hi - lo) / 2;
+        cand[lo..hi].select_nth_unstable_by(half, by_score_desc);
+        let better = chunked_sum(&cand[lo..lo + half], &w, parts);
+        if reaches(acc + better) {
+            hi = lo + half;
+        } else {
+            acc += better;
+            lo += half;
+        }
+    }
+    cand[lo..hi].sort_unstable_by(by_score_desc);
+    (lo..hi).find(|&i| {
+        acc += w(&cand[i]);
+        reaches(acc)
+    })
 }
 
 /// The highest score of `cand` (non-empty; the first when `sorted`).

@@ -261,25 +261,28 @@ fn assert_draws(
     }
 }
 
-/// The nucleus found by partial selection is the one a full sort finds:
+/// The nucleus found by halving selections is the one a full sort finds:
 /// on vocabularies of 5,000-60,000 peaked and flat random logits, with
-/// nuclei from one token to thousands (the selection's prefix grows
-/// 64 → 256 → ...), every draw equals a reference that sorts every
-/// candidate and sums the total in sorted order (the two totals differ
-/// by rounding only).
+/// nuclei from one token to tens of thousands (those past 2,048 are left
+/// unsorted and drawn from by halving too), every draw equals a reference
+/// that sorts every candidate and sums the total in sorted order (the two
+/// totals differ by rounding only).
 #[test]
 fn top_p_by_selection_equals_a_full_sort() {
-    for (seed, n, spread, top_p) in [
-        (1, 5_000, 2.0, 0.9f32),
-        (2, 60_000, 2.5, 0.95),
-        (3, 20_000, 20.0, 0.5),
-        (4, 20_000, 0.2, 0.99),
-        (5, 5_000, 8.0, 0.999),
+    for (seed, n, spread, top_p, peak) in [
+        (1, 5_000, 2.0, 0.9f32, 12.0),
+        (2, 60_000, 2.5, 0.95, 12.0),
+        (3, 20_000, 20.0, 0.5, 12.0),
+        (4, 20_000, 0.2, 0.99, 12.0),
+        (5, 5_000, 8.0, 0.999, 12.0),
+        // Flat rows (a random model's): nuclei of ~24,000 and ~4,900.
+        (6, 60_000, 2.0, 0.9, 0.0),
+        (7, 60_000, 10.0, 0.9, 0.0),
     ] {
         let mut logits = random_logits(seed, n);
         // A few peaks over a spread of noise.
         for (i, l) in logits.iter_mut().enumerate() {
-            *l = *l * spread / 10.0 + if i % 997 == 0 { 12.0 } else { 0.0 };
+            *l = *l * spread / 10.0 + if i % 997 == 0 { peak } else { 0.0 };
         }
         let nucleus = |c: &[Candidate], max: f64| {
             let total: f64 = c.iter().map(|c| weight(c.score, max)).sum();
@@ -298,12 +301,17 @@ fn top_p_by_selection_equals_a_full_sort() {
             ..SamplerConfig::default()
         };
         assert_draws(
-            c,
+            c.clone(),
             &logits,
             40,
             |u| reference_draw(&logits, 0.7, u, nucleus),
             &format!("vocabulary {n}, spread {spread}, top_p {top_p}"),
         );
+        if peak == 0.0 {
+            let mut s = Sampler::new(c);
+            s.sample(&logits, &[]);
+            assert!(s.candidates.len() > 2_048, "{}", s.candidates.len());
+        }
     }
 }
 
