@@ -174,8 +174,13 @@ pub trait Backend: Send + Sync {
             cap,
         )
     }
-    /// Whether [`Backend::score_stats`] and [`Backend::scores_above`] run
-    /// where the logits are, so that sampling should ask for them rather
+    /// [`scores::draw`] from row `row` of `logits` scaled by `1 / t`.
+    fn draw(&self, logits: &Self::Tensor, row: usize, t: f32, u: f64) -> Option<u32> {
+        let cols = self.shape(logits).1;
+        scores::draw(&self.to_host(logits)[row * cols..(row + 1) * cols], t, u)
+    }
+    /// Whether [`Backend::score_stats`], [`Backend::scores_above`] and
+    /// [`Backend::draw`] run where the logits are, so that sampling should ask for them rather
     /// than copy the row (a GPU); false where the row is at hand anyway.
     fn summarizes_scores(&self) -> bool {
         false

@@ -132,3 +132,117 @@ extern "C" __global__ void scores_above(u32* out, const float* x, u32 n, float t
         }
     }
 }
+
+// draw_temperature: a draw by temperature alone (scores::draw) without the
+// row leaving the device. `best` holds argmax_rows' key of the row, whose
+// value is the row's largest l: its score l / t is the largest score, as
+// dividing by t > 0 keeps the order (rounding included). Block b sums the
+// weights f32(exp(s − max)) of ids [b·chunk, (b + 1)·chunk) in f64 into
+// part[b]; the last block to finish (counted in `done`, 0 before the
+// launch) finds the chunk where the running sum of the parts, in block
+// order, passes r = u · total, and splits that chunk into one contiguous
+// span a thread: the thread whose running-sum interval holds r walks its
+// span in id order. out[0] is the id, or DRAW_NONE where the host must
+// sample the row itself: no candidate, a +inf score, or rounding left the
+// walk short. The intervals of the threads are bounded by each other's
+// starts, so exactly one thread holds r.
+#define DRAW_NONE 0xffffffffu
+
+// The float whose order_bits are `k`.
+__device__ __forceinline__ float from_order_bits(u32 k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ double draw_weight(float s, float m) {
+    return (double)(float)exp((double)s - (double)m);
+}
+
+extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
+    draw_temperature(u32* out, u32* done, double* part, const unsigned long long* best,
+                     const float* x, u32 n, float t, u64 u_bits, u32 chunk) {
+    pdl_enter();
+    __shared__ double warp_part[SCORE_THREADS / 32], starts[SCORE_THREADS + 1];
+    __shared__ double before_s, r_s;
+    __shared__ int chunk_s;
+    __shared__ bool last;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const float m = from_order_bits((u32)(best[0] >> 32)) / t;
+    // No candidate (key 0: every l NaN; or the max is −inf) or a +inf
+    // score: every block sees it, block 0 says so.
+    if (best[0] == 0 || !(m > NEG_INF) || m == __int_as_float(0x7f800000)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = DRAW_NONE;
+        return;
+    }
+    const u32 lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    double sum = 0.0;
+    for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float s = x[i] / t;
+        if (s > NEG_INF) sum += draw_weight(s, m);
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) warp_part[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        sum = 0.0;
+        for (u32 w = 0; w < (blockDim.x >> 5); w++) sum += warp_part[w];
+        part[blockIdx.x] = sum;
+        __threadfence();  // the part is visible before the count says so
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every block's part, as the count promised
+    if (threadIdx.x == 0) {
+        const volatile double* p = part;
+        double total = 0.0;
+        for (u32 b = 0; b < gridDim.x; b++) total += p[b];
+        const double r = __longlong_as_double((long long)u_bits) * total;
+        double before = 0.0;
+        int c = -1;
+        for (u32 b = 0; b < gridDim.x; b++) {
+            if (r < before + p[b]) {
+                c = (int)b;
+                break;
+            }
+            before += p[b];
+        }
+        chunk_s = c;
+        before_s = before;
+        r_s = r;
+        out[0] = DRAW_NONE;  // unless a thread below finds the id
+    }
+    __syncthreads();
+    if (chunk_s < 0) return;
+    const u32 clo = (u32)chunk_s * chunk, chi = min(n, clo + chunk);
+    const u32 span = (chi - clo + blockDim.x - 1) / blockDim.x;
+    const u32 slo = min(chi, clo + threadIdx.x * span), shi = min(chi, slo + span);
+    double own = 0.0;
+    for (u32 i = slo; i < shi; i++) {
+        const float s = x[i] / t;
+        if (s > NEG_INF) own += draw_weight(s, m);
+    }
+    starts[threadIdx.x + 1] = own;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double acc = before_s;
+        starts[0] = acc;
+        for (u32 j = 1; j <= blockDim.x; j++) {
+            acc += starts[j];
+            starts[j] = acc;
+        }
+    }
+    __syncthreads();
+    const double r = r_s;
+    const bool final_span = threadIdx.x == blockDim.x - 1;
+    if (!(starts[threadIdx.x] <= r && (final_span || r < starts[threadIdx.x + 1]))) return;
+    double cum = starts[threadIdx.x];
+    for (u32 i = slo; i < shi; i++) {
+        const float s = x[i] / t;
+        if (!(s > NEG_INF)) continue;
+        cum += draw_weight(s, m);
+        if (r < cum) {
+            out[0] = i;
+            return;
+        }
+    }
+}

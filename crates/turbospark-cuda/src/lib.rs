@@ -415,6 +415,10 @@ impl Backend for Cuda {
         sample::scores_above(self, logits, row, t, floor, cap)
     }
 
+    fn draw(&self, logits: &CudaTensor, row: usize, t: f32, u: f64) -> Option<u32> {
+        sample::draw(self, logits, row, t, u)
+    }
+
     fn summarizes_scores(&self) -> bool {
         true
     }

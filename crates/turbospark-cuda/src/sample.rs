@@ -1,10 +1,11 @@
 //! Token choice on the device (kernels/sample.cu): greedy decoding reads
 //! back one id per row instead of the logits, and sampling reads back the
 //! summaries `turbospark_backend::scores` defines (statistics, the
-//! candidates above a floor). It owns the launches and the decoding of the
+//! candidates above a floor, a draw by temperature alone). It owns the launches and the decoding of the
 //! kernels' outputs; the definitions of the results are the host
 //! `turbospark_backend::argmax` and `scores`.
 
+use cudarc::driver::CudaSlice;
 use turbospark_backend::ScoreStats;
 
 use crate::kernels::Arg;
@@ -21,22 +22,7 @@ pub fn argmax(be: &Cuda, t: &CudaTensor) -> Vec<u32> {
     if t.cols == 0 {
         return vec![0; t.rows];
     }
-    // Zero = "no number seen" for every row.
-    let best = be.zeros::<u64>(t.rows);
-    let blocks = t
-        .cols
-        .div_ceil(THREADS as usize * 8)
-        .clamp(1, MAX_BLOCKS_PER_ROW);
-    be.launch(
-        &be.k.argmax_rows,
-        (t.rows as u32, blocks as u32, 1),
-        THREADS,
-        &[
-            Arg::Ptr(be.ptr(&best)),
-            Arg::Ptr(be.ptr(&t.data)),
-            Arg::U32(t.cols as u32),
-        ],
-    );
+    let best = argmax_keys(be, be.ptr(&t.data), t.rows, t.cols);
     let keys = be
         .stream
         .clone_dtoh(&best.slice(..t.rows))
@@ -44,6 +30,27 @@ pub fn argmax(be: &Cuda, t: &CudaTensor) -> Vec<u32> {
     keys.into_iter()
         .map(|k| if k == 0 { 0 } else { u32::MAX - k as u32 })
         .collect()
+}
+
+/// argmax_rows's keys of `rows` rows of `cols` floats from address `x`
+/// (queued, not read back).
+fn argmax_keys(be: &Cuda, x: u64, rows: usize, cols: usize) -> CudaSlice<u64> {
+    // Zero = "no number seen" for every row.
+    let best = be.zeros::<u64>(rows);
+    let blocks = cols
+        .div_ceil(THREADS as usize * 8)
+        .clamp(1, MAX_BLOCKS_PER_ROW);
+    be.launch(
+        &be.k.argmax_rows,
+        (rows as u32, blocks as u32, 1),
+        THREADS,
+        &[
+            Arg::Ptr(be.ptr(&best)),
+            Arg::Ptr(x),
+            Arg::U32(cols as u32),
+        ],
+    );
+    best
 }
 
 /// Threads of the summary kernels (`SCORE_THREADS`).
@@ -143,4 +150,48 @@ pub fn scores_above(
             .map(|p| (p[0], f32::from_bits(p[1])))
             .collect()
     })
+}
+
+/// kernels/sample.cu's "no id": the host samples the row itself.
+const DRAW_NONE: u32 = u32::MAX;
+
+/// `turbospark_backend::scores::draw` from row `row` of `t`: the row's
+/// argmax key gives the max score, one block an SM sums its chunk's
+/// weights, and the last block to finish finds the id
+/// (`draw_temperature`); one readback of that id. `None` where the kernel
+/// leaves it to the host (no candidate, a +inf score, a walk that
+/// rounding left short).
+pub fn draw(be: &Cuda, t: &CudaTensor, row: usize, temp: f32, u: f64) -> Option<u32> {
+    let n = t.cols;
+    let x = row_ptr(be, t, row);
+    let best = argmax_keys(be, x, 1, n);
+    let blocks = n
+        .div_ceil(SCORE_THREADS as usize * 4)
+        .clamp(1, be.sm_count as usize);
+    let chunk = n.div_ceil(blocks).max(1);
+    // [the id, the count of blocks done]
+    let out = be.zeros::<u32>(2);
+    let part = be.scratch::<f64>(blocks);
+    be.launch(
+        &be.k.draw_temperature,
+        (blocks as u32, 1, 1),
+        SCORE_THREADS,
+        &[
+            Arg::Ptr(be.ptr(&out)),
+            Arg::Ptr(be.ptr(&out) + 4),
+            Arg::Ptr(be.ptr(&part)),
+            Arg::Ptr(be.ptr(&best)),
+            Arg::Ptr(x),
+            Arg::U32(n as u32),
+            Arg::F32(temp),
+            // A double parameter, passed as its bits.
+            Arg::U64(u.to_bits()),
+            Arg::U32(chunk as u32),
+        ],
+    );
+    let id = be
+        .stream
+        .clone_dtoh(&out.slice(..1))
+        .unwrap_or_else(|e| panic!("CUDA: reading back a draw: {e}"))[0];
+    (id != DRAW_NONE).then_some(id)
 }

@@ -588,6 +588,9 @@ impl Scores for DeviceRow<'_> {
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         self.g.scores_above(self.t, self.row, t, floor, cap)
     }
+    fn draw(&self, t: f32, u: f64) -> Option<u32> {
+        self.g.draw(self.t, self.row, t, u)
+    }
     fn row(&self) -> Vec<f32> {
         let cols = self.t.cols;
         self.g.to_host(self.t)[self.row * cols..(self.row + 1) * cols].to_vec()
@@ -599,8 +602,10 @@ impl Scores for DeviceRow<'_> {
 /// with NaN and −inf holes, with a +inf, all −inf): candidate counts, maxima
 /// and +inf flags exactly, totals to 1e-12 (their sums run in another
 /// order), the candidates above a floor as the same set of (id, score),
-/// the cap honoured; and a sampler fed from the device draws what one fed
-/// the copied row draws, for top-p, top-k and min-p.
+/// the cap honoured, draws by temperature alone the same ids at 64 values
+/// of u (the host's `None` for the +inf and all −inf rows); and a sampler
+/// fed from the device draws what one fed the copied row draws, for
+/// temperature alone, top-p, top-k and min-p.
 #[test]
 fn sampling_summaries_equal_the_hosts() {
     let Some(g) = gpu() else { return };
@@ -642,6 +647,16 @@ fn sampling_summaries_equal_the_hosts() {
                     want.total
                 );
             }
+            // Draws by temperature alone at spread-out u (the same unless
+            // u · total lands within rounding of a running sum).
+            for i in 0..64 {
+                let u = (f64::from(i) + 0.37) / 64.0;
+                assert_eq!(
+                    g.draw(&t, r, temp, u),
+                    scores::draw(host, temp, u),
+                    "{what}: draw at u = {u}"
+                );
+            }
             if want.count == 0 || want.pos_inf {
                 continue;
             }
@@ -667,6 +682,10 @@ fn sampling_summaries_equal_the_hosts() {
         }
     }
     let configs = [
+        SamplerConfig {
+            temperature: 0.8,
+            ..SamplerConfig::default()
+        },
         SamplerConfig {
             temperature: 0.8,
             top_p: 0.9,

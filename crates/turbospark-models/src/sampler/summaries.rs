@@ -11,25 +11,31 @@ impl Sampler {
     /// above a floor that every token the filters can keep clears, at most
     /// [`ABOVE_CAP`] of them (top-k: a floor with between k and the cap
     /// above it, [`top_k_list`]; top-p: the weight (1 − top_p) · total / n,
-    /// below which the nucleus never reaches; min-p: its threshold).
-    /// Everything else reads the whole row: penalties, temperature alone,
-    /// +inf scores, floors that let more than the cap through, a nucleus
-    /// longer than the list. The draws equal `sample`'s on the same row, except that a
-    /// top-p cut without top-k uses the row's total as the backend sums it,
-    /// which moves the cut only where the cumulative weight lands within
-    /// rounding of top_p · total.
+    /// below which the nucleus never reaches; min-p: its threshold); with
+    /// temperature alone the row draws itself (`Scores::draw`).
+    /// Everything else reads the whole row: penalties, +inf scores, floors
+    /// that let more than the cap through, a nucleus longer than the list.
+    /// The draws equal `sample`'s on the same row, except that a top-p cut
+    /// without top-k, and a draw by temperature alone, use sums the
+    /// backend associates its own way, which moves the cut or the draw
+    /// only where a running sum lands within rounding of its target.
     pub fn sample_from(&mut self, row: &dyn Scores, history: &[u32]) -> u32 {
         let cfg = &self.cfg;
         let (k, top_p, min_p) = (cfg.top_k, cfg.top_p, cfg.min_p);
         let min_p_on = min_p > 0.0 && min_p.is_finite();
-        if cfg.is_greedy()
-            || (cfg.has_penalties() && !history.is_empty())
-            || (k == 0 && top_p >= 1.0 && !min_p_on)
-        {
+        if cfg.is_greedy() || (cfg.has_penalties() && !history.is_empty()) {
             return self.sample(&row.row(), history);
         }
         let t = cfg.temperature;
         let u = self.draw_u();
+        if k == 0 && top_p >= 1.0 && !min_p_on {
+            // Temperature alone: the row draws (`scores::draw` is this
+            // sampler's draw over every candidate in id order).
+            return match row.draw(t, u) {
+                Some(id) => id,
+                None => self.choose(&row.row(), history, u),
+            };
+        }
         let st = row.stats(t);
         let list = if st.count == 0 || st.pos_inf {
             None
@@ -104,6 +110,8 @@ pub trait Scores {
     fn stats(&self, t: f32) -> ScoreStats;
     /// `turbospark_backend::scores::scores_above` of the row (any order).
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>>;
+    /// `turbospark_backend::scores::draw` from the row.
+    fn draw(&self, t: f32, u: f64) -> Option<u32>;
     /// The whole row.
     fn row(&self) -> Vec<f32>;
 }
@@ -115,6 +123,9 @@ impl Scores for [f32] {
     }
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         scores::scores_above(self, t, floor, cap)
+    }
+    fn draw(&self, t: f32, u: f64) -> Option<u32> {
+        scores::draw(self, t, u)
     }
     fn row(&self) -> Vec<f32> {
         self.to_vec()

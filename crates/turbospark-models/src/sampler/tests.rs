@@ -367,6 +367,9 @@ impl Scores for Counted<'_> {
             v
         })
     }
+    fn draw(&self, t: f32, u: f64) -> Option<u32> {
+        self.row.draw(t, u)
+    }
     fn row(&self) -> Vec<f32> {
         self.reads.set(self.reads.get() + 1);
         self.row.to_vec()
@@ -377,9 +380,9 @@ impl Scores for Counted<'_> {
 /// call on one RNG stream, and reads the row whole only where it must:
 /// top-k, top-p and min-p on peaked rows of 50,000 (with NaN, −inf and
 /// +inf holes in some; a top-k whose k-th best lies in a dense band far
-/// below the max) use the summaries; penalties, temperature alone,
-/// greedy, a flat row (too many candidates above any floor) and +inf
-/// scores read the row.
+/// below the max) use the summaries, and temperature alone the row's own
+/// draw; penalties, greedy, a flat row (too many candidates above any
+/// floor) and +inf scores read the row.
 #[test]
 fn sample_from_summaries_equals_sample() {
     let mut peaked = random_logits(30, 50_000);
@@ -403,7 +406,7 @@ fn sample_from_summaries_equals_sample() {
         seed: 5,
         ..SamplerConfig::default()
     };
-    let cases: [(SamplerConfig, &[f32], bool); 12] = [
+    let cases: [(SamplerConfig, &[f32], bool); 14] = [
         (
             SamplerConfig {
                 top_p: 0.9,
@@ -487,7 +490,9 @@ fn sample_from_summaries_equals_sample() {
             &peaked,
             false,
         ),
-        (base.clone(), &peaked, false),
+        (base.clone(), &peaked, true),
+        (base.clone(), &holes, true),
+        (base.clone(), &infinite, false),
         (
             SamplerConfig {
                 temperature: 0.0,
