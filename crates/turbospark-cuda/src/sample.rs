@@ -44,11 +44,7 @@ fn argmax_keys(be: &Cuda, x: u64, rows: usize, cols: usize) -> CudaSlice<u64> {
         &be.k.argmax_rows,
         (rows as u32, blocks as u32, 1),
         THREADS,
-        &[
-            Arg::Ptr(be.ptr(&best)),
-            Arg::Ptr(x),
-            Arg::U32(cols as u32),
-        ],
+        &[Arg::Ptr(be.ptr(&best)), Arg::Ptr(x), Arg::U32(cols as u32)],
     );
     best
 }

@@ -26,9 +26,10 @@
 //!    keep the smallest prefix of highest-probability tokens whose cumulative
 //!    probability is `>= top_p`; always at least one token. After top-k the
 //!    `k` candidates are sorted; without top-k the prefix is found by
-//!    halving selections (`select::rank`), not by sorting the vocabulary,
-//!    and the total probability is summed in id order. The draw walks the
-//!    nucleus in score order (a long one by the same halving).
+//!    bucketing the candidates by score (`select::rank`), not by sorting
+//!    the vocabulary, and the total probability is summed in id order. The
+//!    draw walks the nucleus in score order (a long one bucketed the same
+//!    way).
 //! 5. **Min-p** (`min_p > 0`): keep tokens with `prob >= min_p * max_prob`.
 //! 6. **Draw** from the renormalised distribution with the sampler's own
 //!    ChaCha8 RNG seeded from [`SamplerConfig::seed`].
@@ -285,7 +286,7 @@ impl Sampler {
 
         let top_p = self.cfg.top_p;
         if top_p < 1.0 && cand.len() > 1 {
-            sorted = nucleus(cand, f64::from(top_p), sorted, &mut self.parts, total)?;
+            sorted = nucleus(cand, f64::from(top_p), sorted, total)?;
             by_score = true;
         }
 
@@ -310,18 +311,19 @@ impl Sampler {
 
         if by_score && !sorted {
             // A long nucleus left unsorted: the candidate where the running
-            // weight in score order passes r, found by halving, not by a
+            // weight in score order passes r, found by bucketing, not by a
             // sort. The weights are rounded to f32 as below.
             let w = |c: &Candidate| f64::from(weight(c.score, max) as f32);
-            let r = u * chunked_sum(cand, w, &mut self.parts);
-            return Some(match rank(cand, w, |cum| r < cum, &mut self.parts) {
-                Some(i) => cand[i].id,
-                // Only through rounding at the very top: the last in order.
-                None => cand
-                    .iter()
-                    .max_by(|a, b| by_score_desc(a, b))
-                    .map_or(0, |c| c.id),
-            });
+            return Some(
+                match rank(cand, max, w, None, |cum, total| u * total < cum) {
+                    Some(c) => c.id,
+                    // Only through rounding at the very top: the last in order.
+                    None => cand
+                        .iter()
+                        .max_by(|a, b| by_score_desc(a, b))
+                        .map_or(0, |c| c.id),
+                },
+            );
         }
 
         // Draw: scores become unnormalised probabilities.

@@ -83,109 +83,118 @@ pub(super) fn top_k(cand: &mut Vec<Candidate>, k: usize) {
 /// else when it is short; a long one (a flat row's: most of the
 /// vocabulary) is left in no order, and [`rank`] draws from it.
 /// When `cand` is not sorted yet (top-k is off: the whole vocabulary), the
-/// total is summed in id order ([`chunked_sum`]) and the nucleus is found
-/// by [`rank`], not by sorting the vocabulary (a sort of 201,088
-/// candidates costs ~8 ms a token, far more than a GPU decode step).
+/// nucleus is found by [`rank`], not by sorting the vocabulary (a sort of
+/// 201,088 candidates costs ~8 ms a token, far more than a GPU decode
+/// step).
 pub(super) fn nucleus(
     cand: &mut Vec<Candidate>,
     top_p: f64,
     sorted: bool,
-    parts: &mut Vec<f64>,
     given: Option<f64>,
 ) -> Option<bool> {
     let max = max_score(cand, sorted);
     let w = |c: &Candidate| weight(c.score, max);
-    let total = given.unwrap_or_else(|| chunked_sum(cand, w, parts));
-    let target = top_p * total;
-    let reaches = |cum: f64| cum >= target;
-    if sorted {
+    let reaches = |cum: f64, total: f64| cum >= top_p * total;
+    let last = if sorted {
+        let total = given.unwrap_or_else(|| cand.iter().map(w).sum());
         let mut cum = 0.0;
-        let end = cand.iter().position(|c| {
+        cand.iter().copied().find(|c| {
             cum += w(c);
-            reaches(cum)
-        });
-        return match (end, given) {
-            (Some(i), _) => {
-                cand.truncate(i + 1);
-                Some(true)
-            }
-            (None, None) => Some(true),
-            (None, Some(_)) => None,
-        };
-    }
-    // The search runs over the candidates scoring at least a floor first,
-    // moved to the front: they are a prefix of the sorted order (ties
-    // included), so the nucleus is either among them or found when the
-    // search goes on over every candidate, whatever the floor. The floor
-    // is where the nucleus should end: every candidate it holds weighs at
-    // least (1 − top_p) · total / n, since the lighter ones together weigh
-    // less than (1 − top_p) · total (its log, less 1e-3 for `exp`'s
-    // rounding). On a peaked distribution that leaves a few hundred of a
-    // vocabulary to search.
-    let floor = ((1.0 - top_p) * total / cand.len() as f64).ln() + max - 1e-3;
-    let mut front = 0;
-    for j in 0..cand.len() {
-        if f64::from(cand[j].score) >= floor {
-            cand.swap(front, j);
-            front += 1;
-        }
-    }
-    let end = match rank(&mut cand[..front], w, reaches, parts) {
-        Some(i) => Some(i),
-        None => rank(cand, w, reaches, parts),
+            reaches(cum, total)
+        })
+    } else {
+        rank(cand, max, w, given, reaches)
     };
-    match (end, given) {
-        (Some(i), _) => cand.truncate(i + 1),
+    match (last, given) {
+        // Those at or before it in score order (a prefix when sorted).
+        (Some(last), _) => cand.retain(|c| by_score_desc(c, &last).is_le()),
         (None, None) => {}
         (None, Some(_)) => return None,
     }
-    let short = cand.len() <= SORT_BELOW;
-    if short {
+    let short = sorted || cand.len() <= SORT_BELOW;
+    if !sorted && short {
         cand.sort_unstable_by(by_score_desc);
     }
     Some(short)
 }
 
 /// Lists up to this long are sorted by [`rank`] (and by [`nucleus`]);
-/// longer ones are halved.
+/// longer ones are bucketed first.
 const SORT_BELOW: usize = 2048;
 
-/// Where the running sum of `w` over `cand` in score order (highest first,
-/// then lowest id) first `reaches` (a test that stays true once true):
-/// rearranges `cand` so that `cand[..=i]` are the candidates up to and
-/// including that one, in no particular order, and returns i; `None` when
-/// the whole sum does not reach. Instead of sorting, it halves the range
-/// still searched: the better half is selected (`select_nth_unstable`)
-/// and summed, and the search goes on in it or, past its sum, in the
-/// other; under [`SORT_BELOW`] candidates what is left is sorted and
-/// walked. O(n) for a range of n. The sum is associated differently from
-/// a walk down the sorted list, so a boundary can move only where the
-/// running sum lands within rounding of the target.
+/// [`rank`]'s buckets: this many to a unit of score below the max (a
+/// weight ratio of e^(1/32), 3%), the last taking every score further down
+/// (weights under e^-31.97, ~1e-14 of the top one).
+const BUCKETS_PER_UNIT: f64 = 32.0;
+const BUCKETS: usize = 1024;
+
+/// The candidate at which the running sum of `w` over `cand` in score
+/// order (highest first, then lowest id) first `reaches` its target, given
+/// the total (`total`, or Σ w over `cand`); `None` when the whole sum does
+/// not reach. `max` is the highest score; `cand` may be reordered (a short
+/// list is sorted). Instead of a sort, the candidates are bucketed by how
+/// far below the max they score (a bucket's scores all rank below the
+/// previous bucket's): the sums of the buckets (chunk by chunk in
+/// parallel, the chunks' in order; also the total) show in which bucket
+/// the sum reaches, and only that bucket's candidates are gathered, sorted
+/// and walked. One weight a candidate, O(n) for n candidates spread over
+/// the buckets; a row of equal scores is one bucket, sorted. The sums are
+/// associated differently from a walk down the sorted list, so the result
+/// can move only where the running sum lands within rounding of the target
+/// (where the bucket's walk falls short of its sum, its last candidate is
+/// taken).
 pub(super) fn rank(
     cand: &mut [Candidate],
+    max: f64,
     w: impl Fn(&Candidate) -> f64 + Sync,
-    reaches: impl Fn(f64) -> bool,
-    parts: &mut Vec<f64>,
-) -> Option<usize> {
-    // Everything before `lo` precedes the searched range in score order
-    // and weighs `acc`; everything from `hi` on follows it.
-    let (mut lo, mut hi, mut acc) = (0, cand.len(), 0.0f64);
-    while hi - lo > SORT_BELOW {
-        let half = (hi - lo) / 2;
-        cand[lo..hi].select_nth_unstable_by(half, by_score_desc);
-        let better = chunked_sum(&cand[lo..lo + half], &w, parts);
-        if reaches(acc + better) {
-            hi = lo + half;
-        } else {
-            acc += better;
-            lo += half;
-        }
+    total: Option<f64>,
+    reaches: impl Fn(f64, f64) -> bool,
+) -> Option<Candidate> {
+    // Sorts `list` and walks it from `acc`: the candidate that reaches.
+    let walk = |list: &mut [Candidate], mut acc: f64, total: f64| {
+        list.sort_unstable_by(by_score_desc);
+        list.iter().copied().find(|c| {
+            acc += w(c);
+            reaches(acc, total)
+        })
+    };
+    if cand.len() <= SORT_BELOW {
+        let total = total.unwrap_or_else(|| cand.iter().map(&w).sum());
+        return walk(cand, 0.0, total);
     }
-    cand[lo..hi].sort_unstable_by(by_score_desc);
-    (lo..hi).find(|&i| {
-        acc += w(&cand[i]);
-        reaches(acc)
-    })
+    let bucket = |c: &Candidate| {
+        ((max - f64::from(c.score)) * BUCKETS_PER_UNIT).min((BUCKETS - 1) as f64) as usize
+    };
+    let sums = cand
+        .par_chunks(CHUNK)
+        .map(|ch| {
+            let mut h = vec![0.0f64; BUCKETS];
+            for c in ch {
+                h[bucket(c)] += w(c);
+            }
+            h
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .reduce(|mut a, b| {
+            a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+            a
+        })?;
+    let total = total.unwrap_or_else(|| sums.iter().sum());
+    let mut acc = 0.0f64;
+    for (b, s) in sums.iter().enumerate() {
+        if reaches(acc + s, total) {
+            let mut members: Vec<Candidate> = cand
+                .par_iter()
+                .filter(|c| bucket(c) == b)
+                .copied()
+                .collect();
+            let last = members.iter().copied().max_by(by_score_desc);
+            return walk(&mut members, acc, total).or(last);
+        }
+        acc += s;
+    }
+    None
 }
 
 /// The highest score of `cand` (non-empty; the first when `sorted`).
