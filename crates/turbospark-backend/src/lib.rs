@@ -174,10 +174,16 @@ pub trait Backend: Send + Sync {
             cap,
         )
     }
-    /// [`scores::draw`] from row `row` of `logits` scaled by `1 / t`.
-    fn draw(&self, logits: &Self::Tensor, row: usize, t: f32, u: f64) -> Option<u32> {
+    /// [`scores::draw`] from row `row` of `logits` scaled by `1 / t`, over
+    /// the candidates weighing at least `min_w`.
+    fn draw(&self, logits: &Self::Tensor, row: usize, t: f32, min_w: f64, u: f64) -> Option<u32> {
         let cols = self.shape(logits).1;
-        scores::draw(&self.to_host(logits)[row * cols..(row + 1) * cols], t, u)
+        scores::draw(
+            &self.to_host(logits)[row * cols..(row + 1) * cols],
+            t,
+            min_w,
+            u,
+        )
     }
     /// Whether [`Backend::score_stats`], [`Backend::scores_above`] and
     /// [`Backend::draw`] run where the logits are, so that sampling should ask for them rather

@@ -1,6 +1,6 @@
 //! What sampling needs of a row of logits, computed where the logits are:
 //! the candidates' statistics, the candidates above a floor, and a draw by
-//! temperature alone, so that a GPU sends back a few numbers instead of the
+//! temperature or min-p alone, so that a GPU sends back a few numbers instead of the
 //! row. The sampler
 //! (`turbospark_models::sampler`) defines the candidates: the scores
 //! `l / t` (f32) that are neither NaN nor −inf. This module is the host
@@ -73,16 +73,18 @@ pub fn scores_above(logits: &[f32], t: f32, floor: f32, cap: usize) -> Option<Ve
     Some(out)
 }
 
-/// A draw by temperature alone from `logits` scaled by `1 / t`, given the
-/// uniform number `u` in [0, 1): the first candidate, in id order, at
-/// which the running sum of the weights exp(score − max) (each computed in
-/// f64 and rounded to f32, summed in f64) passes `u` times their total,
-/// or the last candidate where rounding leaves it short. `None` without
-/// candidates or with a +inf score (the sampler's own cases). The order
-/// in which the total and the running sum are associated is the
+/// A draw from `logits` scaled by `1 / t` over the candidates whose weight
+/// exp(score − max) (computed in f64) is at least `min_w` (0: every
+/// candidate; min-p's threshold otherwise), given the uniform number `u`
+/// in [0, 1): the first of them, in id order, at which the running sum of
+/// their weights (each rounded to f32, summed in f64) passes `u` times
+/// their total, or the last of them where rounding leaves it short. This
+/// is the sampler's draw by temperature alone, or by min-p alone. `None`
+/// without candidates or with a +inf score (the sampler's own cases). The
+/// order in which the total and the running sum are associated is the
 /// implementation's, so two implementations draw alike except where
 /// u · total lands within rounding of a running sum.
-pub fn draw(logits: &[f32], t: f32, u: f64) -> Option<u32> {
+pub fn draw(logits: &[f32], t: f32, min_w: f64, u: f64) -> Option<u32> {
     let st = score_stats(logits, t);
     if st.count == 0 || st.pos_inf {
         return None;
@@ -91,7 +93,8 @@ pub fn draw(logits: &[f32], t: f32, u: f64) -> Option<u32> {
     let weights = || {
         logits.iter().enumerate().filter_map(move |(id, &l)| {
             let s = l / t;
-            (s > f32::NEG_INFINITY).then(|| (id as u32, f64::from((f64::from(s) - m).exp() as f32)))
+            let w = (f64::from(s) - m).exp();
+            (s > f32::NEG_INFINITY && w >= min_w).then(|| (id as u32, f64::from(w as f32)))
         })
     };
     let r = u * weights().map(|(_, w)| w).sum::<f64>();
@@ -124,18 +127,22 @@ mod tests {
     }
 
     #[test]
-    fn draw_walks_the_weights_in_id_order() {
+    fn draw_walks_the_weights_in_id_order_above_the_floor() {
         // Scores 0, 1, 1 at t = 1 (NaN and −inf are never drawn): weights
         // e^-1, 1, 1 of a total 2 + e^-1.
         let l = [0.0, f32::NAN, 1.0, f32::NEG_INFINITY, 1.0];
         let total = 2.0 + f64::from((-1.0f64).exp() as f32);
         let first = f64::from((-1.0f64).exp() as f32) / total;
-        assert_eq!(draw(&l, 1.0, 0.0), Some(0));
-        assert_eq!(draw(&l, 1.0, first * 0.999), Some(0));
-        assert_eq!(draw(&l, 1.0, first * 1.001), Some(2));
-        assert_eq!(draw(&l, 1.0, 0.99), Some(4));
-        assert_eq!(draw(&[f32::NAN, f32::NEG_INFINITY], 1.0, 0.5), None);
-        assert_eq!(draw(&[1.0, f32::INFINITY], 1.0, 0.5), None);
+        assert_eq!(draw(&l, 1.0, 0.0, 0.0), Some(0));
+        assert_eq!(draw(&l, 1.0, 0.0, first * 0.999), Some(0));
+        assert_eq!(draw(&l, 1.0, 0.0, first * 1.001), Some(2));
+        assert_eq!(draw(&l, 1.0, 0.0, 0.99), Some(4));
+        // A weight floor (min-p 0.5) leaves ids 2 and 4, half each.
+        assert_eq!(draw(&l, 1.0, 0.5, 0.0), Some(2));
+        assert_eq!(draw(&l, 1.0, 0.5, 0.49), Some(2));
+        assert_eq!(draw(&l, 1.0, 0.5, 0.51), Some(4));
+        assert_eq!(draw(&[f32::NAN, f32::NEG_INFINITY], 1.0, 0.0, 0.5), None);
+        assert_eq!(draw(&[1.0, f32::INFINITY], 1.0, 0.0, 0.5), None);
     }
 
     #[test]

@@ -133,19 +133,21 @@ extern "C" __global__ void scores_above(u32* out, const float* x, u32 n, float t
     }
 }
 
-// draw_temperature: a draw by temperature alone (scores::draw) without the
-// row leaving the device. `best` holds argmax_rows' key of the row, whose
-// value is the row's largest l: its score l / t is the largest score, as
-// dividing by t > 0 keeps the order (rounding included). Block b sums the
-// weights f32(exp(s − max)) of ids [b·chunk, (b + 1)·chunk) in f64 into
-// part[b]; the last block to finish (counted in `done`, 0 before the
-// launch) finds the chunk where the running sum of the parts, in block
-// order, passes r = u · total, and splits that chunk into one contiguous
-// span a thread: the thread whose running-sum interval holds r walks its
-// span in id order. out[0] is the id, or DRAW_NONE where the host must
-// sample the row itself: no candidate, a +inf score, or rounding left the
-// walk short. The intervals of the threads are bounded by each other's
-// starts, so exactly one thread holds r.
+// draw_weights: a draw by temperature or min-p alone (scores::draw)
+// without the row leaving the device. `best` holds argmax_rows' key of the
+// row, whose value is the row's largest l: its score l / t is the largest
+// score, as dividing by t > 0 keeps the order (rounding included). The
+// candidates are the scores neither NaN nor −inf whose weight
+// exp(s − max) (f64) is at least min_w. Block b sums their weights,
+// rounded to f32, of ids [b·chunk, (b + 1)·chunk) in f64 into part[b]; the
+// last block to finish (counted in `done`, 0 before the launch) finds the
+// chunk where the running sum of the parts, in block order, passes
+// r = u · total, and splits that chunk into one contiguous span a thread:
+// the thread whose running-sum interval holds r walks its span in id
+// order. out[0] is the id, or DRAW_NONE where the host must sample the row
+// itself: no candidate, a +inf score, or rounding left the walk short. The
+// intervals of the threads are bounded by each other's starts, so exactly
+// one thread holds r. u and min_w come as the bits of doubles.
 #define DRAW_NONE 0xffffffffu
 
 // The float whose order_bits are `k`.
@@ -153,19 +155,24 @@ __device__ __forceinline__ float from_order_bits(u32 k) {
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-__device__ __forceinline__ double draw_weight(float s, float m) {
-    return (double)(float)exp((double)s - (double)m);
+// The weight of score s as the draw sums it (f32-rounded), or −1 for a
+// score that is not a candidate.
+__device__ __forceinline__ double draw_weight(float s, float m, double min_w) {
+    if (!(s > NEG_INF)) return -1.0;
+    const double w = exp((double)s - (double)m);
+    return w >= min_w ? (double)(float)w : -1.0;
 }
 
 extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
-    draw_temperature(u32* out, u32* done, double* part, const unsigned long long* best,
-                     const float* x, u32 n, float t, u64 u_bits, u32 chunk) {
+    draw_weights(u32* out, u32* done, double* part, const unsigned long long* best,
+                 const float* x, u32 n, float t, u64 min_w_bits, u64 u_bits, u32 chunk) {
     pdl_enter();
     __shared__ double warp_part[SCORE_THREADS / 32], starts[SCORE_THREADS + 1];
     __shared__ double before_s, r_s;
     __shared__ int chunk_s;
     __shared__ bool last;
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const double min_w = __longlong_as_double((long long)min_w_bits);
     const float m = from_order_bits((u32)(best[0] >> 32)) / t;
     // No candidate (key 0: every l NaN; or the max is −inf) or a +inf
     // score: every block sees it, block 0 says so.
@@ -176,8 +183,8 @@ extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
     const u32 lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
     double sum = 0.0;
     for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        const float s = x[i] / t;
-        if (s > NEG_INF) sum += draw_weight(s, m);
+        const double w = draw_weight(x[i] / t, m, min_w);
+        if (w >= 0.0) sum += w;
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) warp_part[warp] = sum;
@@ -218,8 +225,8 @@ extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
     const u32 slo = min(chi, clo + threadIdx.x * span), shi = min(chi, slo + span);
     double own = 0.0;
     for (u32 i = slo; i < shi; i++) {
-        const float s = x[i] / t;
-        if (s > NEG_INF) own += draw_weight(s, m);
+        const double w = draw_weight(x[i] / t, m, min_w);
+        if (w >= 0.0) own += w;
     }
     starts[threadIdx.x + 1] = own;
     __syncthreads();
@@ -237,9 +244,9 @@ extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
     if (!(starts[threadIdx.x] <= r && (final_span || r < starts[threadIdx.x + 1]))) return;
     double cum = starts[threadIdx.x];
     for (u32 i = slo; i < shi; i++) {
-        const float s = x[i] / t;
-        if (!(s > NEG_INF)) continue;
-        cum += draw_weight(s, m);
+        const double w = draw_weight(x[i] / t, m, min_w);
+        if (w < 0.0) continue;
+        cum += w;
         if (r < cum) {
             out[0] = i;
             return;

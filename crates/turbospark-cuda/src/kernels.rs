@@ -83,7 +83,7 @@ kernels! {
         attn_partial, attn_gqa_hd64_g8, attn_gqa_hd64_g16, attn_gqa_hd128_g4, attn_gqa_hd128_g8,
         attn_gqa_hd256_g4, attn_combine,
     ],
-    "sample.cu" => [argmax_rows, score_stats, scores_above, draw_temperature],
+    "sample.cu" => [argmax_rows, score_stats, scores_above, draw_weights],
     "moe.cu" => [moe_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
     "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
 }

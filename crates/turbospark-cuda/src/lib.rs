@@ -415,8 +415,8 @@ impl Backend for Cuda {
         sample::scores_above(self, logits, row, t, floor, cap)
     }
 
-    fn draw(&self, logits: &CudaTensor, row: usize, t: f32, u: f64) -> Option<u32> {
-        sample::draw(self, logits, row, t, u)
+    fn draw(&self, logits: &CudaTensor, row: usize, t: f32, min_w: f64, u: f64) -> Option<u32> {
+        sample::draw(self, logits, row, t, min_w, u)
     }
 
     fn summarizes_scores(&self) -> bool {

@@ -153,11 +153,11 @@ const DRAW_NONE: u32 = u32::MAX;
 
 /// `turbospark_backend::scores::draw` from row `row` of `t`: the row's
 /// argmax key gives the max score, one block an SM sums its chunk's
-/// weights, and the last block to finish finds the id
-/// (`draw_temperature`); one readback of that id. `None` where the kernel
+/// weights, and the last block to finish finds the id (`draw_weights`);
+/// one readback of that id. `None` where the kernel
 /// leaves it to the host (no candidate, a +inf score, a walk that
 /// rounding left short).
-pub fn draw(be: &Cuda, t: &CudaTensor, row: usize, temp: f32, u: f64) -> Option<u32> {
+pub fn draw(be: &Cuda, t: &CudaTensor, row: usize, temp: f32, min_w: f64, u: f64) -> Option<u32> {
     let n = t.cols;
     let x = row_ptr(be, t, row);
     let best = argmax_keys(be, x, 1, n);
@@ -169,7 +169,7 @@ pub fn draw(be: &Cuda, t: &CudaTensor, row: usize, temp: f32, u: f64) -> Option<
     let out = be.zeros::<u32>(2);
     let part = be.scratch::<f64>(blocks);
     be.launch(
-        &be.k.draw_temperature,
+        &be.k.draw_weights,
         (blocks as u32, 1, 1),
         SCORE_THREADS,
         &[
@@ -180,7 +180,8 @@ pub fn draw(be: &Cuda, t: &CudaTensor, row: usize, temp: f32, u: f64) -> Option<
             Arg::Ptr(x),
             Arg::U32(n as u32),
             Arg::F32(temp),
-            // A double parameter, passed as its bits.
+            // Double parameters, passed as their bits.
+            Arg::U64(min_w.to_bits()),
             Arg::U64(u.to_bits()),
             Arg::U32(chunk as u32),
         ],

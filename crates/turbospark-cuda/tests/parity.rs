@@ -588,8 +588,8 @@ impl Scores for DeviceRow<'_> {
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         self.g.scores_above(self.t, self.row, t, floor, cap)
     }
-    fn draw(&self, t: f32, u: f64) -> Option<u32> {
-        self.g.draw(self.t, self.row, t, u)
+    fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
+        self.g.draw(self.t, self.row, t, min_w, u)
     }
     fn row(&self) -> Vec<f32> {
         let cols = self.t.cols;
@@ -602,10 +602,10 @@ impl Scores for DeviceRow<'_> {
 /// with NaN and −inf holes, with a +inf, all −inf): candidate counts, maxima
 /// and +inf flags exactly, totals to 1e-12 (their sums run in another
 /// order), the candidates above a floor as the same set of (id, score),
-/// the cap honoured, draws by temperature alone the same ids at 64 values
-/// of u (the host's `None` for the +inf and all −inf rows); and a sampler
-/// fed from the device draws what one fed the copied row draws, for
-/// temperature alone, top-p, top-k and min-p.
+/// the cap honoured, draws by temperature alone and above min-p weights
+/// the same ids at 64 values of u (the host's `None` for the +inf and all
+/// −inf rows); and a sampler fed from the device draws what one fed the
+/// copied row draws, for temperature alone, top-p, top-k and min-p.
 #[test]
 fn sampling_summaries_equal_the_hosts() {
     let Some(g) = gpu() else { return };
@@ -647,15 +647,18 @@ fn sampling_summaries_equal_the_hosts() {
                     want.total
                 );
             }
-            // Draws by temperature alone at spread-out u (the same unless
-            // u · total lands within rounding of a running sum).
-            for i in 0..64 {
-                let u = (f64::from(i) + 0.37) / 64.0;
-                assert_eq!(
-                    g.draw(&t, r, temp, u),
-                    scores::draw(host, temp, u),
-                    "{what}: draw at u = {u}"
-                );
+            // Draws by temperature alone and above min-p weights at
+            // spread-out u (the same unless u · total lands within
+            // rounding of a running sum).
+            for min_w in [0.0, 0.05, 1.0] {
+                for i in 0..64 {
+                    let u = (f64::from(i) + 0.37) / 64.0;
+                    assert_eq!(
+                        g.draw(&t, r, temp, min_w, u),
+                        scores::draw(host, temp, min_w, u),
+                        "{what}: draw at u = {u} above weight {min_w}"
+                    );
+                }
             }
             if want.count == 0 || want.pos_inf {
                 continue;

@@ -276,8 +276,8 @@ impl<B: Backend> Scores for BackendRow<'_, B> {
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         self.be.scores_above(self.logits, 0, t, floor, cap)
     }
-    fn draw(&self, t: f32, u: f64) -> Option<u32> {
-        self.be.draw(self.logits, 0, t, u)
+    fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
+        self.be.draw(self.logits, 0, t, min_w, u)
     }
     fn row(&self) -> Vec<f32> {
         self.be.to_host(self.logits)

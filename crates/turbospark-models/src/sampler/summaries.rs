@@ -12,11 +12,12 @@ impl Sampler {
     /// [`ABOVE_CAP`] of them (top-k: a floor with between k and the cap
     /// above it, [`top_k_list`]; top-p: the weight (1 − top_p) · total / n,
     /// below which the nucleus never reaches; min-p: its threshold); with
-    /// temperature alone the row draws itself (`Scores::draw`).
+    /// temperature alone, or min-p alone, the row draws itself
+    /// (`Scores::draw`).
     /// Everything else reads the whole row: penalties, +inf scores, floors
     /// that let more than the cap through, a nucleus longer than the list.
     /// The draws equal `sample`'s on the same row, except that a top-p cut
-    /// without top-k, and a draw by temperature alone, use sums the
+    /// without top-k, and a draw by temperature or min-p alone, use sums the
     /// backend associates its own way, which moves the cut or the draw
     /// only where a running sum lands within rounding of its target.
     pub fn sample_from(&mut self, row: &dyn Scores, history: &[u32]) -> u32 {
@@ -28,10 +29,16 @@ impl Sampler {
         }
         let t = cfg.temperature;
         let u = self.draw_u();
-        if k == 0 && top_p >= 1.0 && !min_p_on {
-            // Temperature alone: the row draws (`scores::draw` is this
-            // sampler's draw over every candidate in id order).
-            return match row.draw(t, u) {
+        if k == 0 && top_p >= 1.0 {
+            // Temperature alone, or min-p without top-k or top-p: the row
+            // draws (`scores::draw` is this sampler's draw over the
+            // candidates min-p keeps, or all of them, in id order).
+            let min_w = if min_p_on {
+                f64::from(min_p).min(1.0)
+            } else {
+                0.0
+            };
+            return match row.draw(t, min_w, u) {
                 Some(id) => id,
                 None => self.choose(&row.row(), history, u),
             };
@@ -111,7 +118,7 @@ pub trait Scores {
     /// `turbospark_backend::scores::scores_above` of the row (any order).
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>>;
     /// `turbospark_backend::scores::draw` from the row.
-    fn draw(&self, t: f32, u: f64) -> Option<u32>;
+    fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32>;
     /// The whole row.
     fn row(&self) -> Vec<f32>;
 }
@@ -124,8 +131,8 @@ impl Scores for [f32] {
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         scores::scores_above(self, t, floor, cap)
     }
-    fn draw(&self, t: f32, u: f64) -> Option<u32> {
-        scores::draw(self, t, u)
+    fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
+        scores::draw(self, t, min_w, u)
     }
     fn row(&self) -> Vec<f32> {
         self.to_vec()

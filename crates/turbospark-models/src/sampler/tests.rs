@@ -369,8 +369,8 @@ impl Scores for Counted<'_> {
             v
         })
     }
-    fn draw(&self, t: f32, u: f64) -> Option<u32> {
-        self.row.draw(t, u)
+    fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
+        self.row.draw(t, min_w, u)
     }
     fn row(&self) -> Vec<f32> {
         self.reads.set(self.reads.get() + 1);
@@ -382,9 +382,10 @@ impl Scores for Counted<'_> {
 /// call on one RNG stream, and reads the row whole only where it must:
 /// top-k, top-p and min-p on peaked rows of 50,000 (with NaN, −inf and
 /// +inf holes in some; a top-k whose k-th best lies in a dense band far
-/// below the max) use the summaries, and temperature alone the row's own
-/// draw; penalties, greedy, a flat row (too many candidates above any
-/// floor) and +inf scores read the row.
+/// below the max) use the summaries, and temperature alone and min-p alone
+/// (also on a flat row) the row's own draw; penalties, greedy, top-k and
+/// top-p on a flat row (too many candidates above any floor) and +inf
+/// scores read the row.
 #[test]
 fn sample_from_summaries_equals_sample() {
     let mut peaked = random_logits(30, 50_000);
@@ -408,7 +409,7 @@ fn sample_from_summaries_equals_sample() {
         seed: 5,
         ..SamplerConfig::default()
     };
-    let cases: [(SamplerConfig, &[f32], bool); 14] = [
+    let cases: [(SamplerConfig, &[f32], bool); 15] = [
         (
             SamplerConfig {
                 top_p: 0.9,
@@ -474,6 +475,14 @@ fn sample_from_summaries_equals_sample() {
             },
             &flat,
             false,
+        ),
+        (
+            SamplerConfig {
+                min_p: 0.05,
+                ..base.clone()
+            },
+            &flat,
+            true,
         ),
         (
             SamplerConfig {
