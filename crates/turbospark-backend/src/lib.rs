@@ -174,6 +174,36 @@ pub trait Backend: Send + Sync {
             cap,
         )
     }
+    /// [`scores::score_buckets`] of row `row` of `logits` scaled by `1 / t`.
+    fn score_buckets(
+        &self,
+        logits: &Self::Tensor,
+        row: usize,
+        t: f32,
+        max: f32,
+        keep: &scores::Keep,
+        rounded: bool,
+    ) -> Vec<f64> {
+        let cols = self.shape(logits).1;
+        let host = &self.to_host(logits)[row * cols..(row + 1) * cols];
+        scores::score_buckets(host, t, max, keep, rounded)
+    }
+    /// [`scores::bucket_members`] of row `row` of `logits` scaled by `1 / t`.
+    #[allow(clippy::too_many_arguments)]
+    fn bucket_members(
+        &self,
+        logits: &Self::Tensor,
+        row: usize,
+        t: f32,
+        max: f32,
+        keep: &scores::Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        let cols = self.shape(logits).1;
+        let host = &self.to_host(logits)[row * cols..(row + 1) * cols];
+        scores::bucket_members(host, t, max, keep, bucket, cap)
+    }
     /// [`scores::draw`] from row `row` of `logits` scaled by `1 / t`, over
     /// the candidates weighing at least `min_w`.
     fn draw(&self, logits: &Self::Tensor, row: usize, t: f32, min_w: f64, u: f64) -> Option<u32> {
@@ -185,7 +215,8 @@ pub trait Backend: Send + Sync {
             u,
         )
     }
-    /// Whether [`Backend::score_stats`], [`Backend::scores_above`] and
+    /// Whether [`Backend::score_stats`], [`Backend::scores_above`],
+    /// [`Backend::score_buckets`], [`Backend::bucket_members`] and
     /// [`Backend::draw`] run where the logits are, so that sampling should ask for them rather
     /// than copy the row (a GPU); false where the row is at hand anyway.
     fn summarizes_scores(&self) -> bool {

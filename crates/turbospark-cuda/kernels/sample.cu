@@ -101,6 +101,50 @@ extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
     }
 }
 
+// The weight exp(s − m) (f64) of candidate score s of id `id` (m: the max
+// score) that a Keep (crates/turbospark-backend/src/scores.rs) keeps, or −1
+// for one it drops or a score that is no candidate (NaN, −inf): at least
+// min_w, and with has_last, at or before (last_s, last_id) in score order.
+struct Keep {
+    double min_w;
+    u32 has_last;
+    float last_s;
+    u32 last_id;
+};
+
+__device__ __forceinline__ double kept_weight(const Keep& k, float s, u32 id, float m) {
+    if (!(s > NEG_INF)) return -1.0;
+    const double w = exp((double)s - (double)m);
+    if (!(w >= k.min_w)) return -1.0;
+    if (k.has_last && !(s > k.last_s || (s == k.last_s && id <= k.last_id))) return -1.0;
+    return w;
+}
+
+// scores::bucket: ⌊(m − s) · 32⌋ in f64, at most BUCKETS − 1.
+#define BUCKETS 1024
+__device__ __forceinline__ u32 score_bucket(float m, float s) {
+    return (u32)fmin(((double)m - (double)s) * 32.0, (double)(BUCKETS - 1));
+}
+
+// Appends (i, s) to out's list when `keep` (every lane of the warp calls
+// it): out[0] counts past `cap` too, the first `cap` go to out[1 + 2j],
+// out[2 + 2j] as (id, score bits), slots taken by one atomicAdd a warp.
+__device__ __forceinline__ void take_slot(u32* out, u32 cap, bool keep, u64 i, float s) {
+    const u32 lane = threadIdx.x & 31u;
+    const u32 mask = __ballot_sync(0xffffffffu, keep);
+    if (mask == 0) return;
+    const u32 leader = __ffs(mask) - 1;
+    u32 first = 0;
+    if (lane == leader) first = atomicAdd(out, __popc(mask));
+    first = __shfl_sync(0xffffffffu, first, leader);
+    if (!keep) return;
+    const u32 j = first + __popc(mask & ((1u << lane) - 1u));
+    if (j < cap) {
+        out[1 + 2 * j] = (u32)i;
+        out[2 + 2 * j] = __float_as_uint(s);
+    }
+}
+
 // scores_above: out[0] counts the ids whose score is at least `floor`
 // (finite: NaN and −inf never are), past `cap` too; the first `cap` of them
 // go to out[1 + 2j], out[2 + 2j] as (id, score bits), in no particular
@@ -109,27 +153,90 @@ extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
 extern "C" __global__ void scores_above(u32* out, const float* x, u32 n, float t, float floor,
                                         u32 cap) {
     pdl_enter();
-    const u32 lane = threadIdx.x & 31u;
     for (u64 base = (u64)blockIdx.x * blockDim.x; base < n; base += (u64)gridDim.x * blockDim.x) {
         const u64 i = base + threadIdx.x;
-        float s = 0.0f;
-        bool keep = false;
-        if (i < n) {
-            s = x[i] / t;
-            keep = s >= floor;
+        const float s = i < n ? x[i] / t : 0.0f;
+        take_slot(out, cap, i < n && s >= floor, i, s);
+    }
+}
+
+// bucket_members: the candidates `keep` keeps in bucket b, listed as
+// scores_above lists its own (out[0] 0 before the launch).
+extern "C" __global__ void bucket_members(u32* out, const float* x, u32 n, float t, float m,
+                                          Keep keep, u32 b, u32 cap) {
+    pdl_enter();
+    for (u64 base = (u64)blockIdx.x * blockDim.x; base < n; base += (u64)gridDim.x * blockDim.x) {
+        const u64 i = base + threadIdx.x;
+        const float s = i < n ? x[i] / t : 0.0f;
+        const bool in = i < n && kept_weight(keep, s, (u32)i, m) >= 0.0 && score_bucket(m, s) == b;
+        take_slot(out, cap, in, i, s);
+    }
+}
+
+// score_buckets: the sums by bucket of the weights (f32-rounded with
+// `rounded`) of the candidates `keep` keeps, in an order fixed by the
+// launch so that the same row always gives the same sums. Block b takes
+// ids [b·chunk, (b + 1)·chunk); each of its warps adds into a histogram of
+// its own in shared memory, its lanes one after another; the block's sum
+// of each bucket (its warps' in warp order) goes to part[b · BUCKETS +
+// bucket], and the last block to finish (`done`, 0 before the launch)
+// sums each bucket over the blocks in block order into out.
+#define BUCKET_THREADS 128
+extern "C" __global__ void __launch_bounds__(BUCKET_THREADS)
+    score_buckets(double* out, u32* done, double* part, const float* x, u32 n, float t, float m,
+                  Keep keep, u32 rounded, u32 chunk) {
+    pdl_enter();
+    __shared__ double hist[BUCKET_THREADS / 32][BUCKETS];
+    __shared__ bool last;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    for (u32 j = threadIdx.x; j < (BUCKET_THREADS / 32) * BUCKETS; j += blockDim.x) {
+        hist[j / BUCKETS][j % BUCKETS] = 0.0;
+    }
+    __syncthreads();
+    const u32 lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
+    for (u32 base = lo; base < hi; base += blockDim.x) {
+        const u32 i = base + threadIdx.x;
+        double w = -1.0;
+        u32 bk = 0;
+        if (i < hi) {
+            const float s = x[i] / t;
+            w = kept_weight(keep, s, i, m);
+            if (w >= 0.0) {
+                bk = score_bucket(m, s);
+                if (rounded) w = (double)(float)w;
+            }
         }
-        const u32 mask = __ballot_sync(0xffffffffu, keep);
-        if (mask == 0) continue;
-        const u32 leader = __ffs(mask) - 1;
-        u32 first = 0;
-        if (lane == leader) first = atomicAdd(out, __popc(mask));
-        first = __shfl_sync(0xffffffffu, first, leader);
-        if (!keep) continue;
-        const u32 j = first + __popc(mask & ((1u << lane) - 1u));
-        if (j < cap) {
-            out[1 + 2 * j] = (u32)i;
-            out[2 + 2 * j] = __float_as_uint(s);
+        for (u32 l = 0; l < 32; l++) {
+            if (lane == l && w >= 0.0) hist[warp][bk] += w;
+            __syncwarp();
         }
+    }
+    __syncthreads();
+    for (u32 bk = threadIdx.x; bk < BUCKETS; bk += blockDim.x) {
+        double v = 0.0;
+        for (u32 w = 0; w < BUCKET_THREADS / 32; w++) v += hist[w][bk];
+        part[(u64)blockIdx.x * BUCKETS + bk] = v;
+    }
+    __threadfence();  // this block's parts are visible before the count says so
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Loads through L2 (`__ldcg`: this SM's L1 may hold an older use of
+    // the buffer), eight in flight, added in block order.
+    for (u32 bk = threadIdx.x; bk < BUCKETS; bk += blockDim.x) {
+        double v = 0.0;
+        for (u32 b0 = 0; b0 < gridDim.x; b0 += 8) {
+            double q[8];
+#pragma unroll
+            for (u32 j = 0; j < 8; j++) {
+                q[j] = b0 + j < gridDim.x ? __ldcg(part + (u64)(b0 + j) * BUCKETS + bk) : 0.0;
+            }
+#pragma unroll
+            for (u32 j = 0; j < 8; j++) v += q[j];
+        }
+        out[bk] = v;
     }
 }
 
@@ -156,11 +263,11 @@ __device__ __forceinline__ float from_order_bits(u32 k) {
 }
 
 // The weight of score s as the draw sums it (f32-rounded), or −1 for a
-// score that is not a candidate.
+// score that is not a candidate or weighs less than min_w.
 __device__ __forceinline__ double draw_weight(float s, float m, double min_w) {
-    if (!(s > NEG_INF)) return -1.0;
-    const double w = exp((double)s - (double)m);
-    return w >= min_w ? (double)(float)w : -1.0;
+    const Keep k = {min_w, 0u, 0.0f, 0u};
+    const double w = kept_weight(k, s, 0u, m);
+    return w >= 0.0 ? (double)(float)w : -1.0;
 }
 
 extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
@@ -199,8 +306,12 @@ extern "C" __global__ void __launch_bounds__(SCORE_THREADS)
     __syncthreads();
     if (!last) return;
     __threadfence();  // every block's part, as the count promised
+    // The parts into shared memory at once (through L2: this SM's L1 may
+    // hold an older use of the buffer), then scanned by one thread.
+    __shared__ double p[1024];
+    for (u32 b = threadIdx.x; b < gridDim.x; b += blockDim.x) p[b] = __ldcg(part + b);
+    __syncthreads();
     if (threadIdx.x == 0) {
-        const volatile double* p = part;
         double total = 0.0;
         for (u32 b = 0; b < gridDim.x; b++) total += p[b];
         const double r = __longlong_as_double((long long)u_bits) * total;

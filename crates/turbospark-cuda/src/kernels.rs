@@ -38,6 +38,19 @@ pub enum Arg {
     Freqs(Box<RopeFreqs>),
     /// The GEMV kernels' segment table, by value.
     Segs(Box<crate::gemv::GemvSegs>),
+    /// A sampling filter, by value (`struct Keep` in kernels/sample.cu).
+    Keep(KeepArg),
+}
+
+/// `struct Keep` of kernels/sample.cu: which candidates a bucket pass
+/// counts (`turbospark_backend::scores::Keep`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KeepArg {
+    pub min_w: f64,
+    pub has_last: u32,
+    pub last_s: f32,
+    pub last_id: u32,
 }
 
 macro_rules! kernels {
@@ -83,7 +96,7 @@ kernels! {
         attn_partial, attn_gqa_hd64_g8, attn_gqa_hd64_g16, attn_gqa_hd128_g4, attn_gqa_hd128_g8,
         attn_gqa_hd256_g4, attn_combine,
     ],
-    "sample.cu" => [argmax_rows, score_stats, scores_above, draw_weights],
+    "sample.cu" => [argmax_rows, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
     "moe.cu" => [moe_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
     "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
 }
@@ -116,6 +129,7 @@ pub fn launch(
             Arg::F32(v) => ptr::from_ref(v).cast_mut().cast(),
             Arg::Freqs(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
             Arg::Segs(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
+            Arg::Keep(v) => ptr::from_ref(v).cast_mut().cast(),
         })
         .collect();
     let mut attr = sys::CUlaunchAttribute {

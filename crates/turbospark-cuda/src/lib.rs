@@ -39,6 +39,7 @@ use cudarc::driver::{
     CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError,
     ValidAsZeroBits, result, sys,
 };
+use turbospark_backend::scores::Keep;
 use turbospark_backend::{
     AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable, ScoreStats,
 };
@@ -413,6 +414,31 @@ impl Backend for Cuda {
         cap: usize,
     ) -> Option<Vec<(u32, f32)>> {
         sample::scores_above(self, logits, row, t, floor, cap)
+    }
+
+    fn score_buckets(
+        &self,
+        logits: &CudaTensor,
+        row: usize,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        rounded: bool,
+    ) -> Vec<f64> {
+        sample::score_buckets(self, logits, row, t, max, keep, rounded)
+    }
+
+    fn bucket_members(
+        &self,
+        logits: &CudaTensor,
+        row: usize,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        sample::bucket_members(self, logits, row, t, max, keep, bucket, cap)
     }
 
     fn draw(&self, logits: &CudaTensor, row: usize, t: f32, min_w: f64, u: f64) -> Option<u32> {

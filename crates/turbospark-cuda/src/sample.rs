@@ -1,14 +1,16 @@
 //! Token choice on the device (kernels/sample.cu): greedy decoding reads
 //! back one id per row instead of the logits, and sampling reads back the
 //! summaries `turbospark_backend::scores` defines (statistics, the
-//! candidates above a floor, a draw by temperature alone). It owns the launches and the decoding of the
+//! candidates above a floor, weights by score bucket and a bucket's
+//! members, a draw by temperature or min-p alone). It owns the launches and the decoding of the
 //! kernels' outputs; the definitions of the results are the host
 //! `turbospark_backend::argmax` and `scores`.
 
 use cudarc::driver::CudaSlice;
 use turbospark_backend::ScoreStats;
+use turbospark_backend::scores::{self, Keep};
 
-use crate::kernels::Arg;
+use crate::kernels::{Arg, KeepArg};
 use crate::{Cuda, CudaTensor};
 
 /// Threads per block, and the most blocks one row is split over.
@@ -119,12 +121,9 @@ pub fn scores_above(
     assert!(floor.is_finite(), "scores_above: floor {floor}");
     let n = t.cols;
     let out = be.zeros::<u32>(1 + 2 * cap);
-    let blocks = n
-        .div_ceil(SCORE_THREADS as usize)
-        .clamp(1, 4 * be.sm_count as usize);
     be.launch(
         &be.k.scores_above,
-        (blocks as u32, 1, 1),
+        (list_blocks(be, n), 1, 1),
         SCORE_THREADS,
         &[
             Arg::Ptr(be.ptr(&out)),
@@ -135,6 +134,19 @@ pub fn scores_above(
             Arg::U32(cap as u32),
         ],
     );
+    read_list(be, &out, cap)
+}
+
+/// Blocks of the listing kernels for a row of `n`: a thread an id, at most
+/// four blocks an SM (grid-stride beyond).
+fn list_blocks(be: &Cuda, n: usize) -> u32 {
+    n.div_ceil(SCORE_THREADS as usize)
+        .clamp(1, 4 * be.sm_count as usize) as u32
+}
+
+/// The list a listing kernel wrote (`take_slot`): `None` when its count
+/// passed `cap`.
+fn read_list(be: &Cuda, out: &CudaSlice<u32>, cap: usize) -> Option<Vec<(u32, f32)>> {
     let host = be
         .stream
         .clone_dtoh(&out.slice(..1 + 2 * cap))
@@ -146,6 +158,99 @@ pub fn scores_above(
             .map(|p| (p[0], f32::from_bits(p[1])))
             .collect()
     })
+}
+
+/// kernels/sample.cu's buckets (`turbospark_backend::scores::BUCKETS`).
+const BUCKETS: usize = scores::BUCKETS;
+/// Threads of `score_buckets` (`BUCKET_THREADS`).
+const BUCKET_THREADS: u32 = 128;
+
+fn keep_arg(keep: &Keep) -> Arg {
+    let (has_last, (last_s, last_id)) = match keep.last {
+        Some(l) => (1, l),
+        None => (0, (0.0, 0)),
+    };
+    Arg::Keep(KeepArg {
+        min_w: keep.min_w,
+        has_last,
+        last_s,
+        last_id,
+    })
+}
+
+/// `turbospark_backend::scores::score_buckets` of row `row` of `t`: one
+/// block an SM, each a contiguous chunk summed into histograms of its own;
+/// the last block to finish sums them in block order (`score_buckets`);
+/// one readback of the sums.
+pub fn score_buckets(
+    be: &Cuda,
+    t: &CudaTensor,
+    row: usize,
+    temp: f32,
+    max: f32,
+    keep: &Keep,
+    rounded: bool,
+) -> Vec<f64> {
+    let n = t.cols;
+    let blocks = n
+        .div_ceil(BUCKET_THREADS as usize * 4)
+        .clamp(1, be.sm_count as usize);
+    let chunk = n.div_ceil(blocks).max(1);
+    let out = be.scratch::<f64>(BUCKETS);
+    let done = be.zeros::<u32>(1);
+    let part = be.scratch::<f64>(blocks * BUCKETS);
+    be.launch(
+        &be.k.score_buckets,
+        (blocks as u32, 1, 1),
+        BUCKET_THREADS,
+        &[
+            Arg::Ptr(be.ptr(&out)),
+            Arg::Ptr(be.ptr(&done)),
+            Arg::Ptr(be.ptr(&part)),
+            Arg::Ptr(row_ptr(be, t, row)),
+            Arg::U32(n as u32),
+            Arg::F32(temp),
+            Arg::F32(max),
+            keep_arg(keep),
+            Arg::U32(u32::from(rounded)),
+            Arg::U32(chunk as u32),
+        ],
+    );
+    be.stream
+        .clone_dtoh(&out.slice(..BUCKETS))
+        .unwrap_or_else(|e| panic!("CUDA: reading back bucket sums: {e}"))
+}
+
+/// `turbospark_backend::scores::bucket_members` of row `row` of `t` (in no
+/// particular order): one readback of the count and up to `cap` pairs.
+#[allow(clippy::too_many_arguments)]
+pub fn bucket_members(
+    be: &Cuda,
+    t: &CudaTensor,
+    row: usize,
+    temp: f32,
+    max: f32,
+    keep: &Keep,
+    bucket: usize,
+    cap: usize,
+) -> Option<Vec<(u32, f32)>> {
+    let out = be.zeros::<u32>(1 + 2 * cap);
+    be.launch(
+        &be.k.bucket_members,
+        (list_blocks(be, t.cols), 1, 1),
+        SCORE_THREADS,
+        &[
+            Arg::Ptr(be.ptr(&out)),
+            Arg::Ptr(row_ptr(be, t, row)),
+            Arg::U32(t.cols as u32),
+            Arg::F32(temp),
+            Arg::F32(max),
+            keep_arg(keep),
+            Arg::U32(bucket as u32),
+            Arg::U32(cap as u32),
+        ],
+    );
+    read_list(be, &out, cap)
 }
 
 /// kernels/sample.cu's "no id": the host samples the row itself.
@@ -161,9 +266,11 @@ pub fn draw(be: &Cuda, t: &CudaTensor, row: usize, temp: f32, min_w: f64, u: f64
     let n = t.cols;
     let x = row_ptr(be, t, row);
     let best = argmax_keys(be, x, 1, n);
+    // At most 1,024 blocks: the last one reads their parts into shared
+    // memory.
     let blocks = n
         .div_ceil(SCORE_THREADS as usize * 4)
-        .clamp(1, be.sm_count as usize);
+        .clamp(1, (be.sm_count as usize).min(1024));
     let chunk = n.div_ceil(blocks).max(1);
     // [the id, the count of blocks done]
     let out = be.zeros::<u32>(2);

@@ -10,7 +10,8 @@
 //! Without a CUDA device each test prints "skipped: no CUDA device" and
 //! passes.
 
-use turbospark_backend::{AttnParams, Backend, KvSpec, Quant, RopeTable, ScoreStats, scores};
+use turbospark_backend::scores::{self, Keep};
+use turbospark_backend::{AttnParams, Backend, KvSpec, Quant, RopeTable, ScoreStats};
 use turbospark_cpu::{Cpu, CpuKv};
 use turbospark_cuda::{Cuda, CudaKv, CudaTensor, Precision};
 use turbospark_format::{Activation, AttnSpan, DType, HostTensor};
@@ -588,6 +589,21 @@ impl Scores for DeviceRow<'_> {
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         self.g.scores_above(self.t, self.row, t, floor, cap)
     }
+    fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64> {
+        self.g
+            .score_buckets(self.t, self.row, t, max, keep, rounded)
+    }
+    fn members(
+        &self,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        self.g
+            .bucket_members(self.t, self.row, t, max, keep, bucket, cap)
+    }
     fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
         self.g.draw(self.t, self.row, t, min_w, u)
     }
@@ -604,8 +620,10 @@ impl Scores for DeviceRow<'_> {
 /// order), the candidates above a floor as the same set of (id, score),
 /// the cap honoured, draws by temperature alone and above min-p weights
 /// the same ids at 64 values of u (the host's `None` for the +inf and all
-/// −inf rows); and a sampler fed from the device draws what one fed the
-/// copied row draws, for temperature alone, top-p, top-k and min-p.
+/// −inf rows), bucket sums to 1e-12 and bucket members as the same sets;
+/// and a sampler fed from the device draws what one fed the copied row
+/// draws, for temperature alone, top-p (on a noisy row without peaks by
+/// buckets), top-k and min-p.
 #[test]
 fn sampling_summaries_equal_the_hosts() {
     let Some(g) = gpu() else { return };
@@ -627,7 +645,15 @@ fn sampling_summaries_equal_the_hosts() {
     }
     let mut infinite = peaked.clone();
     infinite[123_456] = f32::INFINITY;
-    let rows = [peaked, holes, infinite, vec![f32::NEG_INFINITY; cols]];
+    // A random model's row: no peaks, so top-p's nucleus is thousands.
+    let noise = rng.vec(cols, 2.0);
+    let rows = [
+        peaked,
+        holes,
+        infinite,
+        vec![f32::NEG_INFINITY; cols],
+        noise,
+    ];
     let t = g.upload_tensor(&rows.concat(), rows.len(), cols);
     for (r, host) in rows.iter().enumerate() {
         for temp in [0.7f32, 1.3] {
@@ -663,6 +689,45 @@ fn sampling_summaries_equal_the_hosts() {
             if want.count == 0 || want.pos_inf {
                 continue;
             }
+            // Bucket sums and members, for every candidate, above a weight
+            // and up to a nucleus's last (the 200th id's score and id).
+            let (last_s, last_id) = (host[200] / temp, 200);
+            for keep in [
+                Keep::default(),
+                Keep {
+                    min_w: 0.05,
+                    last: None,
+                },
+                Keep {
+                    min_w: 0.0,
+                    last: Some((last_s, last_id)),
+                },
+            ] {
+                for rounded in [false, true] {
+                    let want_sums = scores::score_buckets(host, temp, want.max, &keep, rounded);
+                    let got_sums = g.score_buckets(&t, r, temp, want.max, &keep, rounded);
+                    for (b, (got, want)) in got_sums.iter().zip(&want_sums).enumerate() {
+                        assert!(
+                            (got - want).abs() <= 1e-12 * want.abs(),
+                            "{what}: bucket {b} of {keep:?} (rounded {rounded}): {got} vs {want}"
+                        );
+                    }
+                }
+                let b = scores::bucket(want.max, last_s);
+                for cap in [4096, 3] {
+                    let want_list = scores::bucket_members(host, temp, want.max, &keep, b, cap);
+                    let got_list =
+                        g.bucket_members(&t, r, temp, want.max, &keep, b, cap)
+                            .map(|mut v| {
+                                v.sort_unstable_by_key(|&(id, _)| id);
+                                v
+                            });
+                    assert_eq!(
+                        got_list, want_list,
+                        "{what}: bucket {b} of {keep:?}, cap {cap}"
+                    );
+                }
+            }
             for (floor, cap) in [
                 (want.max - 2.0, 4096),
                 (want.max - 9.0, 50_000),
@@ -695,6 +760,12 @@ fn sampling_summaries_equal_the_hosts() {
             ..SamplerConfig::default()
         },
         SamplerConfig {
+            temperature: 0.8,
+            top_p: 0.7,
+            min_p: 0.5,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
             temperature: 1.1,
             top_k: 40,
             ..SamplerConfig::default()
@@ -712,7 +783,11 @@ fn sampling_summaries_equal_the_hosts() {
             ..SamplerConfig::default()
         },
     ];
-    for (r, host) in rows.iter().enumerate().take(2) {
+    for (r, host) in rows
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| [0, 1, 4].contains(r))
+    {
         for cfg in &configs {
             let (mut on_device, mut on_host) =
                 (Sampler::new(cfg.clone()), Sampler::new(cfg.clone()));

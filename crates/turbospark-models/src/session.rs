@@ -9,6 +9,7 @@
 //! buffer, so one recording serves the whole sequence (it is dropped when
 //! the storage is replaced by `reset`).
 
+use turbospark_backend::scores::Keep;
 use turbospark_backend::{Backend, ScoreStats};
 
 use crate::error::{ModelError, Result};
@@ -275,6 +276,20 @@ impl<B: Backend> Scores for BackendRow<'_, B> {
     }
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         self.be.scores_above(self.logits, 0, t, floor, cap)
+    }
+    fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64> {
+        self.be.score_buckets(self.logits, 0, t, max, keep, rounded)
+    }
+    fn members(
+        &self,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        self.be
+            .bucket_members(self.logits, 0, t, max, keep, bucket, cap)
     }
     fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
         self.be.draw(self.logits, 0, t, min_w, u)

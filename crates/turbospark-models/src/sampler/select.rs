@@ -4,6 +4,7 @@
 //! draws). The pipeline that uses them is `super`'s.
 
 use rayon::prelude::*;
+use turbospark_backend::scores;
 
 use super::{Candidate, by_score_desc, weight};
 
@@ -122,19 +123,14 @@ pub(super) fn nucleus(
 /// longer ones are bucketed first.
 const SORT_BELOW: usize = 2048;
 
-/// [`rank`]'s buckets: this many to a unit of score below the max (a
-/// weight ratio of e^(1/32), 3%), the last taking every score further down
-/// (weights under e^-31.97, ~1e-14 of the top one).
-const BUCKETS_PER_UNIT: f64 = 32.0;
-const BUCKETS: usize = 1024;
-
 /// The candidate at which the running sum of `w` over `cand` in score
 /// order (highest first, then lowest id) first `reaches` its target, given
 /// the total (`total`, or Σ w over `cand`); `None` when the whole sum does
 /// not reach. `max` is the highest score; `cand` may be reordered (a short
 /// list is sorted). Instead of a sort, the candidates are bucketed by how
-/// far below the max they score (a bucket's scores all rank below the
-/// previous bucket's): the sums of the buckets (chunk by chunk in
+/// far below the max they score (`scores::bucket`, as a backend holding
+/// the row buckets them: a bucket's scores all rank below the previous
+/// bucket's): the sums of the buckets (chunk by chunk in
 /// parallel, the chunks' in order; also the total) show in which bucket
 /// the sum reaches, and only that bucket's candidates are gathered, sorted
 /// and walked. One weight a candidate, O(n) for n candidates spread over
@@ -150,25 +146,16 @@ pub(super) fn rank(
     total: Option<f64>,
     reaches: impl Fn(f64, f64) -> bool,
 ) -> Option<Candidate> {
-    // Sorts `list` and walks it from `acc`: the candidate that reaches.
-    let walk = |list: &mut [Candidate], mut acc: f64, total: f64| {
-        list.sort_unstable_by(by_score_desc);
-        list.iter().copied().find(|c| {
-            acc += w(c);
-            reaches(acc, total)
-        })
-    };
     if cand.len() <= SORT_BELOW {
         let total = total.unwrap_or_else(|| cand.iter().map(&w).sum());
-        return walk(cand, 0.0, total);
+        return walk_sorted(cand, 0.0, total, &w, &reaches);
     }
-    let bucket = |c: &Candidate| {
-        ((max - f64::from(c.score)) * BUCKETS_PER_UNIT).min((BUCKETS - 1) as f64) as usize
-    };
+    // `max` is an f32 score widened: narrowing it back is exact.
+    let bucket = |c: &Candidate| scores::bucket(max as f32, c.score);
     let sums = cand
         .par_chunks(CHUNK)
         .map(|ch| {
-            let mut h = vec![0.0f64; BUCKETS];
+            let mut h = vec![0.0f64; scores::BUCKETS];
             for c in ch {
                 h[bucket(c)] += w(c);
             }
@@ -181,20 +168,48 @@ pub(super) fn rank(
             a
         })?;
     let total = total.unwrap_or_else(|| sums.iter().sum());
+    let (b, acc) = reaching_bucket(&sums, total, &reaches)?;
+    let mut members: Vec<Candidate> = cand
+        .par_iter()
+        .filter(|c| bucket(c) == b)
+        .copied()
+        .collect();
+    walk_sorted(&mut members, acc, total, &w, &reaches).or_else(|| members.last().copied())
+}
+
+/// The bucket where the running sum of `sums` (bucket order) first
+/// reaches its target given `total`, and the sum of the buckets before it.
+pub(super) fn reaching_bucket(
+    sums: &[f64],
+    total: f64,
+    reaches: impl Fn(f64, f64) -> bool,
+) -> Option<(usize, f64)> {
     let mut acc = 0.0f64;
     for (b, s) in sums.iter().enumerate() {
         if reaches(acc + s, total) {
-            let mut members: Vec<Candidate> = cand
-                .par_iter()
-                .filter(|c| bucket(c) == b)
-                .copied()
-                .collect();
-            let last = members.iter().copied().max_by(by_score_desc);
-            return walk(&mut members, acc, total).or(last);
+            return Some((b, acc));
         }
         acc += s;
     }
     None
+}
+
+/// Sorts `list` (a bucket's candidates, or a whole short list) and walks
+/// it from `acc`: the candidate where the running sum reaches. (Where it
+/// does not, but the bucket's sum did, rounding left the walk short: the
+/// callers take the bucket's last.)
+pub(super) fn walk_sorted(
+    list: &mut [Candidate],
+    mut acc: f64,
+    total: f64,
+    w: impl Fn(&Candidate) -> f64,
+    reaches: impl Fn(f64, f64) -> bool,
+) -> Option<Candidate> {
+    list.sort_unstable_by(by_score_desc);
+    list.iter().copied().find(|c| {
+        acc += w(c);
+        reaches(acc, total)
+    })
 }
 
 /// The highest score of `cand` (non-empty; the first when `sorted`).

@@ -1,9 +1,11 @@
 //! Sampling a row held elsewhere (a GPU's) from its summaries
 //! (`turbospark_backend::scores`) instead of the whole row.
 
-use turbospark_backend::{ScoreStats, scores};
+use turbospark_backend::ScoreStats;
+use turbospark_backend::scores::{self, Keep};
 
-use super::{Candidate, Sampler};
+use super::select::{reaching_bucket, walk_sorted};
+use super::{Candidate, Sampler, weight};
 
 impl Sampler {
     /// [`Sampler::sample`] of a row held elsewhere (a GPU's), asking it for
@@ -14,8 +16,10 @@ impl Sampler {
     /// below which the nucleus never reaches; min-p: its threshold); with
     /// temperature alone, or min-p alone, the row draws itself
     /// (`Scores::draw`).
-    /// Everything else reads the whole row: penalties, +inf scores, floors
-    /// that let more than the cap through, a nucleus longer than the list.
+    /// A top-p nucleus without top-k that the list cannot hold (a flat
+    /// row's) is found from bucket sums instead ([`Sampler::nucleus_by_buckets`]).
+    /// Everything else reads the whole row: penalties, +inf scores, top-k
+    /// floors that let more than the cap through, buckets over the cap.
     /// The draws equal `sample`'s on the same row, except that a top-p cut
     /// without top-k, and a draw by temperature or min-p alone, use sums the
     /// backend associates its own way, which moves the cut or the draw
@@ -61,21 +65,81 @@ impl Sampler {
                 None
             }
         };
-        let Some(mut list) = list else {
-            return self.choose(&row.row(), history, u);
-        };
-        // In id order, so that a list of every candidate is `sample`'s.
-        list.sort_unstable_by_key(|&(id, _)| id);
-        let whole = list.len() == st.count;
-        self.candidates.clear();
-        self.candidates
-            .extend(list.iter().map(|&(id, score)| Candidate { id, score }));
-        let total = (!whole && k == 0).then_some(st.total);
-        match self.filter_and_draw(u, total) {
-            Some(id) => id,
-            None => self.choose(&row.row(), history, u),
-        }
+        let drawn = list.and_then(|mut list| {
+            // In id order, so that a list of every candidate is `sample`'s.
+            list.sort_unstable_by_key(|&(id, _)| id);
+            let whole = list.len() == st.count;
+            self.candidates.clear();
+            self.candidates
+                .extend(list.iter().map(|&(id, score)| Candidate { id, score }));
+            let total = (!whole && k == 0).then_some(st.total);
+            self.filter_and_draw(u, total)
+        });
+        // A nucleus past the list (a flat row's): by buckets.
+        let drawn = drawn.or_else(|| {
+            (k == 0 && top_p < 1.0 && st.count > 0 && !st.pos_inf)
+                .then(|| self.nucleus_by_buckets(row, &st, u))
+                .flatten()
+        });
+        drawn.unwrap_or_else(|| self.choose(&row.row(), history, u))
     }
+
+    /// Top-p (and min-p) without top-k from the row's bucket sums
+    /// (`scores::score_buckets`) and the members of two buckets, as
+    /// `filter_and_draw` ranks a long nucleus (`select::rank`): the
+    /// nucleus ends where the running weight in score order reaches top_p
+    /// of the row's total; the draw, over what it and min-p keep, where the
+    /// running f32-rounded weight in score order passes u times theirs.
+    /// `None` where a bucket holds more than [`ABOVE_CAP`] candidates.
+    fn nucleus_by_buckets(&self, row: &dyn Scores, st: &ScoreStats, u: f64) -> Option<u32> {
+        let cfg = &self.cfg;
+        let (t, max) = (cfg.temperature, st.max);
+        let top_p = f64::from(cfg.top_p);
+        let all = Keep::default();
+        let last = rank_held(row, t, max, &all, Some(st.total), |cum, total| {
+            cum >= top_p * total
+        })?;
+        let min_p_on = cfg.min_p > 0.0 && cfg.min_p.is_finite();
+        let keep = Keep {
+            min_w: if min_p_on {
+                f64::from(cfg.min_p).min(1.0)
+            } else {
+                0.0
+            },
+            last: Some((last.score, last.id)),
+        };
+        rank_held(row, t, max, &keep, None, |cum, total| u * total < cum).map(|c| c.id)
+    }
+}
+
+/// `select::rank` over a row held elsewhere: the candidate `keep` keeps at
+/// which the running weight in score order reaches, from the row's bucket
+/// sums and the members of the bucket where it does. With a `total` (the
+/// nucleus), unrounded weights; without, their f32 roundings and their sum
+/// (a draw). `None` where that bucket holds more than [`ABOVE_CAP`].
+fn rank_held(
+    row: &dyn Scores,
+    t: f32,
+    max: f32,
+    keep: &Keep,
+    total: Option<f64>,
+    reaches: impl Fn(f64, f64) -> bool,
+) -> Option<Candidate> {
+    let rounded = total.is_none();
+    let sums = row.buckets(t, max, keep, rounded);
+    let total = total.unwrap_or_else(|| sums.iter().sum());
+    let (b, acc) = reaching_bucket(&sums, total, &reaches)?;
+    let mut members: Vec<Candidate> = row
+        .members(t, max, keep, b, ABOVE_CAP)?
+        .into_iter()
+        .map(|(id, score)| Candidate { id, score })
+        .collect();
+    let m = f64::from(max);
+    let w = |c: &Candidate| {
+        let w = weight(c.score, m);
+        if rounded { f64::from(w as f32) } else { w }
+    };
+    walk_sorted(&mut members, acc, total, w, reaches).or_else(|| members.last().copied())
 }
 
 /// Probes [`top_k_list`] makes at most (each a device launch and readback).
@@ -117,6 +181,17 @@ pub trait Scores {
     fn stats(&self, t: f32) -> ScoreStats;
     /// `turbospark_backend::scores::scores_above` of the row (any order).
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>>;
+    /// `turbospark_backend::scores::score_buckets` of the row.
+    fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64>;
+    /// `turbospark_backend::scores::bucket_members` of the row (any order).
+    fn members(
+        &self,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>>;
     /// `turbospark_backend::scores::draw` from the row.
     fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32>;
     /// The whole row.
@@ -130,6 +205,19 @@ impl Scores for [f32] {
     }
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
         scores::scores_above(self, t, floor, cap)
+    }
+    fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64> {
+        scores::score_buckets(self, t, max, keep, rounded)
+    }
+    fn members(
+        &self,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        scores::bucket_members(self, t, max, keep, bucket, cap)
     }
     fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
         scores::draw(self, t, min_w, u)

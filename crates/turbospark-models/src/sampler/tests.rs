@@ -3,6 +3,7 @@
 //! references on vocabulary-sized ones.
 
 use turbospark_backend::ScoreStats;
+use turbospark_backend::scores::Keep;
 
 use super::*;
 
@@ -369,6 +370,22 @@ impl Scores for Counted<'_> {
             v
         })
     }
+    fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64> {
+        self.row.buckets(t, max, keep, rounded)
+    }
+    fn members(
+        &self,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        self.row.members(t, max, keep, bucket, cap).map(|mut v| {
+            v.reverse();
+            v
+        })
+    }
     fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
         self.row.draw(t, min_w, u)
     }
@@ -382,10 +399,11 @@ impl Scores for Counted<'_> {
 /// call on one RNG stream, and reads the row whole only where it must:
 /// top-k, top-p and min-p on peaked rows of 50,000 (with NaN, −inf and
 /// +inf holes in some; a top-k whose k-th best lies in a dense band far
-/// below the max) use the summaries, and temperature alone and min-p alone
-/// (also on a flat row) the row's own draw; penalties, greedy, top-k and
-/// top-p on a flat row (too many candidates above any floor) and +inf
-/// scores read the row.
+/// below the max) use the summaries, temperature alone and min-p alone
+/// (also on a flat row) the row's own draw, top-p on a noisy row without
+/// peaks (a nucleus of thousands) bucket sums; penalties, greedy, top-k on
+/// a row of equal scores (too many above any floor), top-p there (one
+/// bucket of 50,000) and +inf scores read the row.
 #[test]
 fn sample_from_summaries_equals_sample() {
     let mut peaked = random_logits(30, 50_000);
@@ -404,12 +422,14 @@ fn sample_from_summaries_equals_sample() {
         *l = *l * 0.25 + if i % 1_300 == 0 { 20.0 } else { 0.0 };
     }
     let flat = vec![0.5f32; 50_000];
+    // A random model's row: no peak, scores within a few units.
+    let noise: Vec<f32> = random_logits(32, 50_000).iter().map(|l| l * 0.2).collect();
     let base = SamplerConfig {
         temperature: 0.8,
         seed: 5,
         ..SamplerConfig::default()
     };
-    let cases: [(SamplerConfig, &[f32], bool); 15] = [
+    let cases: [(SamplerConfig, &[f32], bool); 17] = [
         (
             SamplerConfig {
                 top_p: 0.9,
@@ -482,6 +502,23 @@ fn sample_from_summaries_equals_sample() {
                 ..base.clone()
             },
             &flat,
+            true,
+        ),
+        (
+            SamplerConfig {
+                top_p: 0.9,
+                ..base.clone()
+            },
+            &noise,
+            true,
+        ),
+        (
+            SamplerConfig {
+                top_p: 0.7,
+                min_p: 0.5,
+                ..base.clone()
+            },
+            &noise,
             true,
         ),
         (
