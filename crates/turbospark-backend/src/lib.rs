@@ -102,6 +102,17 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// computes `x · Wᵀ`) or vectors, kept in the storage format the backend chose
 /// at upload. Positions are absolute token positions in the sequence; the
 /// token ids and positions of one forward call travel as a [`Backend::Batch`].
+/// Row `row` of `logits` on the host: what the default implementations of
+/// the sampling summaries read (a backend that holds its rows elsewhere
+/// overrides them).
+fn host_row<B: Backend + ?Sized>(be: &B, logits: &B::Tensor, row: usize) -> Vec<f32> {
+    let cols = be.shape(logits).1;
+    let mut all = be.to_host(logits);
+    all.truncate((row + 1) * cols);
+    all.drain(..row * cols);
+    all
+}
+
 pub trait Backend: Send + Sync {
     type Tensor: Send;
     type Weight: Send + Sync;
@@ -154,8 +165,7 @@ pub trait Backend: Send + Sync {
     fn argmax(&self, t: &Self::Tensor) -> Vec<u32>;
     /// [`scores::score_stats`] of row `row` of `logits` scaled by `1 / t`.
     fn score_stats(&self, logits: &Self::Tensor, row: usize, t: f32) -> ScoreStats {
-        let cols = self.shape(logits).1;
-        scores::score_stats(&self.to_host(logits)[row * cols..(row + 1) * cols], t)
+        scores::score_stats(&host_row(self, logits, row), t)
     }
     /// [`scores::scores_above`] of row `row` of `logits` scaled by `1 / t`.
     fn scores_above(
@@ -166,13 +176,7 @@ pub trait Backend: Send + Sync {
         floor: f32,
         cap: usize,
     ) -> Option<Vec<(u32, f32)>> {
-        let cols = self.shape(logits).1;
-        scores::scores_above(
-            &self.to_host(logits)[row * cols..(row + 1) * cols],
-            t,
-            floor,
-            cap,
-        )
+        scores::scores_above(&host_row(self, logits, row), t, floor, cap)
     }
     /// [`scores::score_buckets`] of row `row` of `logits` scaled by `1 / t`.
     fn score_buckets(
@@ -184,9 +188,7 @@ pub trait Backend: Send + Sync {
         keep: &scores::Keep,
         rounded: bool,
     ) -> Vec<f64> {
-        let cols = self.shape(logits).1;
-        let host = &self.to_host(logits)[row * cols..(row + 1) * cols];
-        scores::score_buckets(host, t, max, keep, rounded)
+        scores::score_buckets(&host_row(self, logits, row), t, max, keep, rounded)
     }
     /// [`scores::bucket_members`] of row `row` of `logits` scaled by `1 / t`.
     #[allow(clippy::too_many_arguments)]
@@ -200,20 +202,12 @@ pub trait Backend: Send + Sync {
         bucket: usize,
         cap: usize,
     ) -> Option<Vec<(u32, f32)>> {
-        let cols = self.shape(logits).1;
-        let host = &self.to_host(logits)[row * cols..(row + 1) * cols];
-        scores::bucket_members(host, t, max, keep, bucket, cap)
+        scores::bucket_members(&host_row(self, logits, row), t, max, keep, bucket, cap)
     }
     /// [`scores::draw`] from row `row` of `logits` scaled by `1 / t`, over
     /// the candidates weighing at least `min_w`.
     fn draw(&self, logits: &Self::Tensor, row: usize, t: f32, min_w: f64, u: f64) -> Option<u32> {
-        let cols = self.shape(logits).1;
-        scores::draw(
-            &self.to_host(logits)[row * cols..(row + 1) * cols],
-            t,
-            min_w,
-            u,
-        )
+        scores::draw(&host_row(self, logits, row), t, min_w, u)
     }
     /// Whether [`Backend::score_stats`], [`Backend::scores_above`],
     /// [`Backend::score_buckets`], [`Backend::bucket_members`] and

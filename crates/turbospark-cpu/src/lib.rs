@@ -220,3 +220,42 @@ impl Backend for Cpu {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use turbospark_backend::scores::{self, Keep};
+
+    use super::*;
+
+    /// The sampling summaries the CPU backend inherits read the row asked
+    /// for: on the second of two rows they equal the host definitions.
+    #[test]
+    fn summaries_read_the_row_asked_for() {
+        let rows = [
+            vec![9.0, -9.0, 9.0, -9.0, 9.0],
+            vec![0.5, 2.0, f32::NAN, 1.0, 2.0],
+        ];
+        let t = CpuTensor {
+            data: rows.concat(),
+            rows: 2,
+            cols: 5,
+        };
+        let (be, row) = (Cpu::default(), &rows[1]);
+        assert_eq!(be.score_stats(&t, 1, 0.8), scores::score_stats(row, 0.8));
+        assert_eq!(
+            be.scores_above(&t, 1, 0.8, 1.0, 8),
+            scores::scores_above(row, 0.8, 1.0, 8)
+        );
+        let keep = Keep::default();
+        let max = 2.0 / 0.8;
+        assert_eq!(
+            be.score_buckets(&t, 1, 0.8, max, &keep, true),
+            scores::score_buckets(row, 0.8, max, &keep, true)
+        );
+        assert_eq!(
+            be.bucket_members(&t, 1, 0.8, max, &keep, 0, 8),
+            Some(vec![(1, max), (4, max)])
+        );
+        assert_eq!(be.draw(&t, 1, 0.8, 0.0, 0.99), Some(4));
+    }
+}
