@@ -240,7 +240,7 @@ mod tests {
             rows: 2,
             cols: 5,
         };
-        let (be, row) = (Cpu::default(), &rows[1]);
+        let (be, row) = (Cpu, &rows[1]);
         assert_eq!(be.score_stats(&t, 1, 0.8), scores::score_stats(row, 0.8));
         assert_eq!(
             be.scores_above(&t, 1, 0.8, 1.0, 8),
