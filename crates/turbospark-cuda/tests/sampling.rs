@@ -1,0 +1,274 @@
+//! Token choice and sampling on the device against the host definitions:
+//! the device argmax against `turbospark_backend::argmax`, and the
+//! summaries a sampler reads instead of a logits row (statistics, the
+//! candidates above a floor, bucket sums and members, draws) against
+//! `turbospark_backend::scores`, and through `Sampler::sample_from`
+//! against the host sampler on the copied row.
+//!
+//! Without a CUDA device each test prints "skipped: no CUDA device" and
+//! passes.
+
+use turbospark_backend::scores::{self, Keep};
+use turbospark_backend::{Backend, ScoreStats};
+use turbospark_cuda::{Cuda, CudaTensor};
+use turbospark_models::sampler::{Sampler, SamplerConfig, Scores};
+
+mod common;
+
+use common::*;
+
+/// Greedy choice on the device is the host's `argmax` on every row: random
+/// rows of a real vocabulary's width, ties (the first wins), NaNs (never
+/// win), all `-inf`, all NaN, and a row whose only maximum is the last id.
+#[test]
+fn argmax_on_the_device_is_the_host_argmax() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(22);
+    let cols = 201_088;
+    let mut rows: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(cols, 4.0)).collect();
+    rows[1][70_000] = 9.0;
+    rows[1][150_000] = 9.0;
+    rows[1][3] = f32::NAN;
+    rows.push(vec![f32::NEG_INFINITY; cols]);
+    rows.push(vec![f32::NAN; cols]);
+    let mut last = vec![-1.0; cols];
+    last[cols - 1] = 0.0;
+    rows.push(last);
+    let data: Vec<f32> = rows.concat();
+    let t = g.upload_tensor(&data, rows.len(), cols);
+    let want: Vec<u32> = rows.iter().map(|r| turbospark_backend::argmax(r)).collect();
+    assert_eq!(want[1], 70_000);
+    assert_eq!(g.argmax(&t), want);
+}
+
+/// A logits row on the device, as the sampler asks for it.
+struct DeviceRow<'a> {
+    g: &'a Cuda,
+    t: &'a CudaTensor,
+    row: usize,
+}
+
+impl Scores for DeviceRow<'_> {
+    fn stats(&self, t: f32) -> ScoreStats {
+        self.g.score_stats(self.t, self.row, t)
+    }
+    fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
+        self.g.scores_above(self.t, self.row, t, floor, cap)
+    }
+    fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64> {
+        self.g
+            .score_buckets(self.t, self.row, t, max, keep, rounded)
+    }
+    fn members(
+        &self,
+        t: f32,
+        max: f32,
+        keep: &Keep,
+        bucket: usize,
+        cap: usize,
+    ) -> Option<Vec<(u32, f32)>> {
+        self.g
+            .bucket_members(self.t, self.row, t, max, keep, bucket, cap)
+    }
+    fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
+        self.g.draw(self.t, self.row, t, min_w, u)
+    }
+    fn row(&self) -> Vec<f32> {
+        let cols = self.t.cols;
+        self.g.to_host(self.t)[self.row * cols..(self.row + 1) * cols].to_vec()
+    }
+}
+
+/// The sampling summaries of the device are the host's
+/// (`turbospark_backend::scores`) on rows of gpt-oss's vocabulary (peaked,
+/// with NaN and −inf holes, with a +inf, all −inf): candidate counts, maxima
+/// and +inf flags exactly, totals to 1e-12 (their sums run in another
+/// order), the candidates above a floor as the same set of (id, score),
+/// the cap honoured, draws by temperature alone and above min-p weights
+/// the same ids at 64 values of u (the host's `None` for the +inf and all
+/// −inf rows), bucket sums to 1e-12 and bucket members as the same sets;
+/// and a sampler fed from the device draws what one fed the copied row
+/// draws, for temperature alone, top-p (on a noisy row without peaks by
+/// buckets), top-k and min-p.
+#[test]
+fn sampling_summaries_equal_the_hosts() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(27);
+    let cols = 201_088;
+    let peaked: Vec<f32> = rng
+        .vec(cols, 3.0)
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| l + if i % 4_001 == 0 { 14.0 } else { 0.0 })
+        .collect();
+    let mut holes = peaked.clone();
+    for i in (5..cols).step_by(13) {
+        holes[i] = if i % 2 == 0 {
+            f32::NAN
+        } else {
+            f32::NEG_INFINITY
+        };
+    }
+    let mut infinite = peaked.clone();
+    infinite[123_456] = f32::INFINITY;
+    // A random model's row: no peaks, so top-p's nucleus is thousands.
+    let noise = rng.vec(cols, 2.0);
+    let rows = [
+        peaked,
+        holes,
+        infinite,
+        vec![f32::NEG_INFINITY; cols],
+        noise,
+    ];
+    let t = g.upload_tensor(&rows.concat(), rows.len(), cols);
+    for (r, host) in rows.iter().enumerate() {
+        for temp in [0.7f32, 1.3] {
+            let (want, got) = (scores::score_stats(host, temp), g.score_stats(&t, r, temp));
+            let what = format!("row {r} at t = {temp}");
+            assert_eq!(
+                (got.count, got.max.to_bits(), got.pos_inf),
+                (want.count, want.max.to_bits(), want.pos_inf),
+                "{what}: count, max, +inf"
+            );
+            if want.count > 0 && !want.pos_inf {
+                let rel = (got.total - want.total).abs() / want.total;
+                assert!(
+                    rel <= 1e-12,
+                    "{what}: total {} vs {}",
+                    got.total,
+                    want.total
+                );
+            }
+            // Draws by temperature alone and above min-p weights at
+            // spread-out u (the same unless u · total lands within
+            // rounding of a running sum).
+            for min_w in [0.0, 0.05, 1.0] {
+                for i in 0..64 {
+                    let u = (f64::from(i) + 0.37) / 64.0;
+                    assert_eq!(
+                        g.draw(&t, r, temp, min_w, u),
+                        scores::draw(host, temp, min_w, u),
+                        "{what}: draw at u = {u} above weight {min_w}"
+                    );
+                }
+            }
+            if want.count == 0 || want.pos_inf {
+                continue;
+            }
+            // Bucket sums and members, for every candidate, above a weight
+            // and up to a nucleus's last (the 200th id's score and id).
+            let (last_s, last_id) = (host[200] / temp, 200);
+            for keep in [
+                Keep::default(),
+                Keep {
+                    min_w: 0.05,
+                    last: None,
+                },
+                Keep {
+                    min_w: 0.0,
+                    last: Some((last_s, last_id)),
+                },
+            ] {
+                for rounded in [false, true] {
+                    let want_sums = scores::score_buckets(host, temp, want.max, &keep, rounded);
+                    let got_sums = g.score_buckets(&t, r, temp, want.max, &keep, rounded);
+                    for (b, (got, want)) in got_sums.iter().zip(&want_sums).enumerate() {
+                        assert!(
+                            (got - want).abs() <= 1e-12 * want.abs(),
+                            "{what}: bucket {b} of {keep:?} (rounded {rounded}): {got} vs {want}"
+                        );
+                    }
+                }
+                let b = scores::bucket(want.max, last_s);
+                for cap in [4096, 3] {
+                    let want_list = scores::bucket_members(host, temp, want.max, &keep, b, cap);
+                    let got_list =
+                        g.bucket_members(&t, r, temp, want.max, &keep, b, cap)
+                            .map(|mut v| {
+                                v.sort_unstable_by_key(|&(id, _)| id);
+                                v
+                            });
+                    assert_eq!(
+                        got_list, want_list,
+                        "{what}: bucket {b} of {keep:?}, cap {cap}"
+                    );
+                }
+            }
+            for (floor, cap) in [
+                (want.max - 2.0, 4096),
+                (want.max - 9.0, 50_000),
+                (want.max - 9.0, 10),
+            ] {
+                let want = scores::scores_above(host, temp, floor, cap);
+                let got = g.scores_above(&t, r, temp, floor, cap).map(|mut v| {
+                    v.sort_unstable_by_key(|&(id, _)| id);
+                    v
+                });
+                let bits = |v: Option<Vec<(u32, f32)>>| {
+                    v.map(|v| {
+                        v.into_iter()
+                            .map(|(i, s)| (i, s.to_bits()))
+                            .collect::<Vec<_>>()
+                    })
+                };
+                assert_eq!(bits(got), bits(want), "{what}: above {floor} (cap {cap})");
+            }
+        }
+    }
+    let configs = [
+        SamplerConfig {
+            temperature: 0.8,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 0.8,
+            top_p: 0.9,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 0.8,
+            top_p: 0.7,
+            min_p: 0.5,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 1.1,
+            top_k: 40,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 0.7,
+            min_p: 0.05,
+            ..SamplerConfig::default()
+        },
+        SamplerConfig {
+            temperature: 0.9,
+            top_k: 64,
+            top_p: 0.95,
+            min_p: 0.02,
+            ..SamplerConfig::default()
+        },
+    ];
+    for (r, host) in rows
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| [0, 1, 4].contains(r))
+    {
+        for cfg in &configs {
+            let (mut on_device, mut on_host) =
+                (Sampler::new(cfg.clone()), Sampler::new(cfg.clone()));
+            let row = DeviceRow {
+                g: &g,
+                t: &t,
+                row: r,
+            };
+            for step in 0..30 {
+                assert_eq!(
+                    on_device.sample_from(&row, &[]),
+                    on_host.sample(host, &[]),
+                    "row {r}, {cfg:?}, draw {step}"
+                );
+            }
+        }
+    }
+}
