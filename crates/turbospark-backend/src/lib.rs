@@ -95,17 +95,11 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best.map_or(0, |(i, _)| i as u32)
 }
 
-/// The operations a transformer needs.
-///
-/// Activations are row-major `[rows, cols]` f32 matrices (`rows` = tokens).
-/// Weights are matrices `[out, in]` as stored by transformers (a projection
-/// computes `x · Wᵀ`) or vectors, kept in the storage format the backend chose
-/// at upload. Positions are absolute token positions in the sequence; the
-/// token ids and positions of one forward call travel as a [`Backend::Batch`].
-/// Row `row` of `logits` on the host: what the default implementations of
-/// the sampling summaries read (a backend that holds its rows elsewhere
-/// overrides them).
-fn host_row<B: Backend + ?Sized>(be: &B, logits: &B::Tensor, row: usize) -> Vec<f32> {
+/// Row `row` of `logits` copied to the host (the whole tensor comes back,
+/// as `Backend::to_host` reads it; the other rows are dropped): what the
+/// default sampling summaries read, and what a sampler reads where the
+/// summaries cannot settle a draw.
+pub fn host_row<B: Backend + ?Sized>(be: &B, logits: &B::Tensor, row: usize) -> Vec<f32> {
     let cols = be.shape(logits).1;
     let mut all = be.to_host(logits);
     all.truncate((row + 1) * cols);
@@ -113,6 +107,13 @@ fn host_row<B: Backend + ?Sized>(be: &B, logits: &B::Tensor, row: usize) -> Vec<
     all
 }
 
+/// The operations a transformer needs.
+///
+/// Activations are row-major `[rows, cols]` f32 matrices (`rows` = tokens).
+/// Weights are matrices `[out, in]` as stored by transformers (a projection
+/// computes `x · Wᵀ`) or vectors, kept in the storage format the backend chose
+/// at upload. Positions are absolute token positions in the sequence; the
+/// token ids and positions of one forward call travel as a [`Backend::Batch`].
 pub trait Backend: Send + Sync {
     type Tensor: Send;
     type Weight: Send + Sync;

@@ -10,8 +10,10 @@
 // selected expert) with nx = 1.
 //
 // Layout: a block of 8 warps computes 8 / W output rows with W warps per
-// row (W = `wpr`, 1, 2, 4 or 8; the host picks it so that small matrices
-// still fill the GPU); grid = (jobs, ceil(m / (8 / W))). The W warps of a
+// row (W = `wpr`, 1, 2, 4 or 8; the host picks it so that the resident
+// blocks stay busy: src/gemv.rs); a block of work is 8 / W rows, and a
+// launch's blocks along y take its blocks of work in turn (the grouped
+// f32-activation kernels: one each). The W warps of a
 // row take its 256-value chunks round-robin, and their partial sums meet
 // in shared memory in warp order. Each lane reads 16 bytes of the weight
 // row at a time (8 bf16/f16 values; 8 f32 as two 16-byte loads) when the

@@ -250,10 +250,10 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
     const float* xb = x + (u64)(job / x_div) * nx * k;
     // A fused norm (one row of x, k a multiple of 8): the block stages
     // w_norm · x in shared memory (dynamic, k floats) once and reads x
-    // from there; each row's sum is scaled by r when stored. Such a launch
-    // is persistent (src/linear.rs sizes its grid to the resident blocks):
-    // each block takes blocks of work blockIdx.y, + gridDim.y, ..., so the
-    // staging is paid once a block, not once per 8 rows.
+    // from there; each row's sum is scaled by r when stored. Every dense
+    // launch is persistent (src/gemv.rs sizes its grid to the resident
+    // blocks): each block takes blocks of work blockIdx.y, + gridDim.y,
+    // ..., so the staging is paid once a block, not once per 8 rows.
     float r = 1.0f;
     if (sg.norm) {
         extern __shared__ uint4 shared_x[];

@@ -2,8 +2,8 @@
 //! gemv_grouped.cu): the segment table of a launch (up to three matrices
 //! that read the same x), what it does around its product (a fused input
 //! norm, a residual add), the kernel for a weight format, and the launch
-//! geometry (warps per row, persistent grids for the kernels that prepare
-//! x in shared memory). The MoE layer's per-token jobs launch through
+//! geometry (warps per row and persistent grids that keep the resident
+//! blocks busy). The MoE layer's per-token jobs launch through
 //! [`gemv`]. It must not synchronise with the host.
 
 use turbospark_backend::Quant;
@@ -21,8 +21,9 @@ const fn rows_per_warp(grouped: bool) -> u32 {
     if grouped { 4 } else { 1 }
 }
 
-/// Warps per output row (or row quad) in a GEMV: the fewest of 1, 2, 4, 8
-/// that give about four blocks per SM. A GEMV is only as fast as the weight
+/// Warps per output row (or row quad) of a grouped f32-activation GEMV
+/// (one block per block of work): the fewest of 1, 2, 4, 8 that give about
+/// four blocks per SM. A GEMV is only as fast as the weight
 /// bytes it has in flight, so a small matrix (a KV projection, a router)
 /// splits its rows over more warps rather than leave SMs idle.
 fn warps_per_row(sm_count: u32, jobs: u32, m: u32, per_warp: u32) -> u32 {

@@ -2,9 +2,9 @@
 //! back one id per row instead of the logits, and sampling reads back the
 //! summaries `turbospark_backend::scores` defines (statistics, the
 //! candidates above a floor, weights by score bucket and a bucket's
-//! members, a draw by temperature or min-p alone). It owns the launches and the decoding of the
-//! kernels' outputs; the definitions of the results are the host
-//! `turbospark_backend::argmax` and `scores`.
+//! members, a draw by temperature or min-p alone). It owns the launches
+//! and the decoding of the kernels' outputs; the definitions of the
+//! results are the host `turbospark_backend::argmax` and `scores`.
 
 use cudarc::driver::CudaSlice;
 use turbospark_backend::ScoreStats;
@@ -54,6 +54,18 @@ fn argmax_keys(be: &Cuda, x: u64, rows: usize, cols: usize) -> CudaSlice<u64> {
 /// Threads of the summary kernels (`SCORE_THREADS`).
 const SCORE_THREADS: u32 = 256;
 
+/// (blocks, ids a block) of the kernels whose blocks each take a
+/// contiguous chunk of a row of `n` ids (`score_stats`, `score_buckets`,
+/// `draw_weights`): about four ids a thread, at most one block an SM (and
+/// at most 1,024: `draw_weights`' last block reads every block's part into
+/// shared memory).
+fn chunks(be: &Cuda, n: usize, threads: u32) -> (usize, usize) {
+    let blocks = n
+        .div_ceil(threads as usize * 4)
+        .clamp(1, (be.sm_count as usize).min(1024));
+    (blocks, n.div_ceil(blocks).max(1))
+}
+
 /// The device address of row `row` of `t`.
 fn row_ptr(be: &Cuda, t: &CudaTensor, row: usize) -> u64 {
     assert!(row < t.rows, "sampling row {row} of {}", t.rows);
@@ -66,10 +78,7 @@ fn row_ptr(be: &Cuda, t: &CudaTensor, row: usize) -> u64 {
 /// sum rescaled to the row's max (f64).
 pub fn score_stats(be: &Cuda, t: &CudaTensor, row: usize, temp: f32) -> ScoreStats {
     let n = t.cols;
-    let blocks = n
-        .div_ceil(SCORE_THREADS as usize * 4)
-        .clamp(1, be.sm_count as usize);
-    let chunk = n.div_ceil(blocks).max(1);
+    let (blocks, chunk) = chunks(be, n, SCORE_THREADS);
     let part = be.scratch::<f64>(4 * blocks);
     be.launch(
         &be.k.score_stats,
@@ -192,10 +201,7 @@ pub fn score_buckets(
     rounded: bool,
 ) -> Vec<f64> {
     let n = t.cols;
-    let blocks = n
-        .div_ceil(BUCKET_THREADS as usize * 4)
-        .clamp(1, be.sm_count as usize);
-    let chunk = n.div_ceil(blocks).max(1);
+    let (blocks, chunk) = chunks(be, n, BUCKET_THREADS);
     let out = be.scratch::<f64>(BUCKETS);
     let done = be.zeros::<u32>(1);
     let part = be.scratch::<f64>(blocks * BUCKETS);
@@ -266,12 +272,7 @@ pub fn draw(be: &Cuda, t: &CudaTensor, row: usize, temp: f32, min_w: f64, u: f64
     let n = t.cols;
     let x = row_ptr(be, t, row);
     let best = argmax_keys(be, x, 1, n);
-    // At most 1,024 blocks: the last one reads their parts into shared
-    // memory.
-    let blocks = n
-        .div_ceil(SCORE_THREADS as usize * 4)
-        .clamp(1, (be.sm_count as usize).min(1024));
-    let chunk = n.div_ceil(blocks).max(1);
+    let (blocks, chunk) = chunks(be, n, SCORE_THREADS);
     // [the id, the count of blocks done]
     let out = be.zeros::<u32>(2);
     let part = be.scratch::<f64>(blocks);

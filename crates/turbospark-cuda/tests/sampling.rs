@@ -8,10 +8,10 @@
 //! Without a CUDA device each test prints "skipped: no CUDA device" and
 //! passes.
 
+use turbospark_backend::Backend;
 use turbospark_backend::scores::{self, Keep};
-use turbospark_backend::{Backend, ScoreStats};
-use turbospark_cuda::{Cuda, CudaTensor};
-use turbospark_models::sampler::{Sampler, SamplerConfig, Scores};
+use turbospark_models::sampler::{Sampler, SamplerConfig};
+use turbospark_models::session::BackendRow;
 
 mod common;
 
@@ -39,44 +39,6 @@ fn argmax_on_the_device_is_the_host_argmax() {
     let want: Vec<u32> = rows.iter().map(|r| turbospark_backend::argmax(r)).collect();
     assert_eq!(want[1], 70_000);
     assert_eq!(g.argmax(&t), want);
-}
-
-/// A logits row on the device, as the sampler asks for it.
-struct DeviceRow<'a> {
-    g: &'a Cuda,
-    t: &'a CudaTensor,
-    row: usize,
-}
-
-impl Scores for DeviceRow<'_> {
-    fn stats(&self, t: f32) -> ScoreStats {
-        self.g.score_stats(self.t, self.row, t)
-    }
-    fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
-        self.g.scores_above(self.t, self.row, t, floor, cap)
-    }
-    fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64> {
-        self.g
-            .score_buckets(self.t, self.row, t, max, keep, rounded)
-    }
-    fn members(
-        &self,
-        t: f32,
-        max: f32,
-        keep: &Keep,
-        bucket: usize,
-        cap: usize,
-    ) -> Option<Vec<(u32, f32)>> {
-        self.g
-            .bucket_members(self.t, self.row, t, max, keep, bucket, cap)
-    }
-    fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
-        self.g.draw(self.t, self.row, t, min_w, u)
-    }
-    fn row(&self) -> Vec<f32> {
-        let cols = self.t.cols;
-        self.g.to_host(self.t)[self.row * cols..(self.row + 1) * cols].to_vec()
-    }
 }
 
 /// The sampling summaries of the device are the host's
@@ -257,9 +219,9 @@ fn sampling_summaries_equal_the_hosts() {
         for cfg in &configs {
             let (mut on_device, mut on_host) =
                 (Sampler::new(cfg.clone()), Sampler::new(cfg.clone()));
-            let row = DeviceRow {
-                g: &g,
-                t: &t,
+            let row = BackendRow {
+                be: &g,
+                logits: &t,
                 row: r,
             };
             for step in 0..30 {

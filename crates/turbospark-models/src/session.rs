@@ -10,7 +10,7 @@
 //! the storage is replaced by `reset`).
 
 use turbospark_backend::scores::Keep;
-use turbospark_backend::{Backend, ScoreStats};
+use turbospark_backend::{Backend, ScoreStats, host_row};
 
 use crate::error::{ModelError, Result};
 use crate::families::CausalLm;
@@ -159,7 +159,7 @@ impl<'m, B: Backend> Session<'m, B> {
     ) -> Result<u32> {
         self.feed_last(tokens, |be, logits| {
             if be.summarizes_scores() {
-                sampler.sample_from(&BackendRow { be, logits }, history)
+                sampler.sample_from(&BackendRow { be, logits, row: 0 }, history)
             } else {
                 sampler.sample(&be.to_host(logits), history)
             }
@@ -263,22 +263,24 @@ impl<'m, B: Backend> Session<'m, B> {
     }
 }
 
-/// The one row of logits `[1, vocab]` a step leaves on the backend, as the
-/// sampler asks for it.
-struct BackendRow<'a, B: Backend> {
-    be: &'a B,
-    logits: &'a B::Tensor,
+/// Row `row` of logits held by a backend, as the sampler asks for it (a
+/// step leaves one, `[1, vocab]`).
+pub struct BackendRow<'a, B: Backend> {
+    pub be: &'a B,
+    pub logits: &'a B::Tensor,
+    pub row: usize,
 }
 
 impl<B: Backend> Scores for BackendRow<'_, B> {
     fn stats(&self, t: f32) -> ScoreStats {
-        self.be.score_stats(self.logits, 0, t)
+        self.be.score_stats(self.logits, self.row, t)
     }
     fn above(&self, t: f32, floor: f32, cap: usize) -> Option<Vec<(u32, f32)>> {
-        self.be.scores_above(self.logits, 0, t, floor, cap)
+        self.be.scores_above(self.logits, self.row, t, floor, cap)
     }
     fn buckets(&self, t: f32, max: f32, keep: &Keep, rounded: bool) -> Vec<f64> {
-        self.be.score_buckets(self.logits, 0, t, max, keep, rounded)
+        self.be
+            .score_buckets(self.logits, self.row, t, max, keep, rounded)
     }
     fn members(
         &self,
@@ -289,12 +291,12 @@ impl<B: Backend> Scores for BackendRow<'_, B> {
         cap: usize,
     ) -> Option<Vec<(u32, f32)>> {
         self.be
-            .bucket_members(self.logits, 0, t, max, keep, bucket, cap)
+            .bucket_members(self.logits, self.row, t, max, keep, bucket, cap)
     }
     fn draw(&self, t: f32, min_w: f64, u: f64) -> Option<u32> {
-        self.be.draw(self.logits, 0, t, min_w, u)
+        self.be.draw(self.logits, self.row, t, min_w, u)
     }
     fn row(&self) -> Vec<f32> {
-        self.be.to_host(self.logits)
+        host_row(self.be, self.logits, self.row)
     }
 }

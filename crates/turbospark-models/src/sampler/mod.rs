@@ -159,6 +159,14 @@ impl SamplerConfig {
         finite_or_zero(self.frequency_penalty)
     }
 
+    /// The weight exp(score − max) a token needs to pass min-p (min_p,
+    /// clamped to 1: the top token weighs exactly 1, so it always passes);
+    /// `None` when min-p is off.
+    fn min_p_weight(&self) -> Option<f64> {
+        let m = self.min_p;
+        (m > 0.0 && m.is_finite()).then(|| f64::from(m).min(1.0))
+    }
+
     fn has_penalties(&self) -> bool {
         self.repetition().is_some() || self.presence() != 0.0 || self.frequency() != 0.0
     }
@@ -295,11 +303,8 @@ impl Sampler {
 
         let max = max_score(cand, sorted);
 
-        let min_p = self.cfg.min_p;
-        if min_p > 0.0 && min_p.is_finite() {
-            // prob >= min_p * max_prob  <=>  exp(logit - max) >= min_p. The
-            // top token has weight exactly 1, so clamping keeps it.
-            let threshold = f64::from(min_p).min(1.0);
+        if let Some(threshold) = self.cfg.min_p_weight() {
+            // prob >= min_p * max_prob  <=>  exp(logit - max) >= min_p.
             if sorted {
                 let keep = cand
                     .iter()

@@ -13,8 +13,8 @@ impl Sampler {
     /// above a floor that every token the filters can keep clears, at most
     /// [`ABOVE_CAP`] of them (top-k: a floor with between k and the cap
     /// above it, [`top_k_list`]; top-p: the weight (1 − top_p) · total / n,
-    /// below which the nucleus never reaches; min-p: its threshold); with
-    /// temperature alone, or min-p alone, the row draws itself
+    /// below which the nucleus never reaches, min-p then applying to the
+    /// list); with temperature alone, or min-p alone, the row draws itself
     /// (`Scores::draw`).
     /// A top-p nucleus without top-k that the list cannot hold (a flat
     /// row's) is found from bucket sums instead ([`Sampler::nucleus_by_buckets`]).
@@ -26,8 +26,7 @@ impl Sampler {
     /// only where a running sum lands within rounding of its target.
     pub fn sample_from(&mut self, row: &dyn Scores, history: &[u32]) -> u32 {
         let cfg = &self.cfg;
-        let (k, top_p, min_p) = (cfg.top_k, cfg.top_p, cfg.min_p);
-        let min_p_on = min_p > 0.0 && min_p.is_finite();
+        let (k, top_p) = (cfg.top_k, cfg.top_p);
         if cfg.is_greedy() || (cfg.has_penalties() && !history.is_empty()) {
             return self.sample(&row.row(), history);
         }
@@ -37,11 +36,7 @@ impl Sampler {
             // Temperature alone, or min-p without top-k or top-p: the row
             // draws (`scores::draw` is this sampler's draw over the
             // candidates min-p keeps, or all of them, in id order).
-            let min_w = if min_p_on {
-                f64::from(min_p).min(1.0)
-            } else {
-                0.0
-            };
+            let min_w = self.cfg.min_p_weight().unwrap_or(0.0);
             return match row.draw(t, min_w, u) {
                 Some(id) => id,
                 None => self.choose(&row.row(), history, u),
@@ -53,11 +48,10 @@ impl Sampler {
         } else if k > 0 {
             top_k_list(row, t, st.max, k.min(st.count))
         } else {
-            let weight_floor = if top_p < 1.0 {
-                (1.0 - f64::from(top_p)) * st.total / st.count as f64
-            } else {
-                f64::from(min_p).min(1.0)
-            };
+            // Top-p (top-k is off, and top-p alone or with min-p is what is
+            // left after the early return): the weight below which the
+            // nucleus never reaches.
+            let weight_floor = (1.0 - f64::from(top_p)) * st.total / st.count as f64;
             let floor = (weight_floor.ln() + f64::from(st.max) - 1e-3) as f32;
             if floor.is_finite() {
                 row.above(t, floor, ABOVE_CAP)
@@ -99,13 +93,8 @@ impl Sampler {
         let last = rank_held(row, t, max, &all, Some(st.total), |cum, total| {
             cum >= top_p * total
         })?;
-        let min_p_on = cfg.min_p > 0.0 && cfg.min_p.is_finite();
         let keep = Keep {
-            min_w: if min_p_on {
-                f64::from(cfg.min_p).min(1.0)
-            } else {
-                0.0
-            },
+            min_w: cfg.min_p_weight().unwrap_or(0.0),
             last: Some((last.score, last.id)),
         };
         rank_held(row, t, max, &keep, None, |cum, total| u * total < cum).map(|c| c.id)
