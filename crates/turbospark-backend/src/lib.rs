@@ -354,6 +354,25 @@ pub trait Backend: Send + Sync {
         sinks: Option<&Self::Weight>,
         out: &mut Self::Tensor,
     );
+    /// A block's attention after its projections:
+    /// [`Backend::rope_kv_write`], then [`Backend::attention`] of the
+    /// rotated `q`. Backends may fuse them (a decode step's RoPE, store
+    /// write and attention in one pass), with the same results; `q` and `k`
+    /// are then left rotated or not, so callers must not read them after.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_kv_attention(
+        &self,
+        (q, k, v): (&mut Self::Tensor, &mut Self::Tensor, &Self::Tensor),
+        kv: &mut Self::Kv,
+        batch: &Self::Batch,
+        rope: &RopeTable,
+        params: &AttnParams,
+        sinks: Option<&Self::Weight>,
+        out: &mut Self::Tensor,
+    ) {
+        self.rope_kv_write(q, k, v, kv, params.head_dim, batch, rope);
+        self.attention(q, kv, batch, params, sinks, out);
+    }
 
     /// The expert half of an MoE block: route each row of `x` by its row of
     /// `router_logits` (`[rows, experts]`), run the selected experts and add

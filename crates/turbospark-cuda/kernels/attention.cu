@@ -26,19 +26,28 @@
 // of K (and then of V) are in flight at once instead of one.
 #define ATT_KEYS 4
 
-// Slots [s0, s1) of split `split` that a query at `qpos` may see:
-// slots [slot_lo, slot_hi) are cut into splits of `per_split` slots; each
-// row narrows that to the slots its own position can see (while the ring
-// has not wrapped past it: slot = position), so a launch sized for the
-// whole ring (a recorded decode step) reads only the live part.
-__device__ __forceinline__ void split_slots(i64 qpos, i64 window, u32 slot_lo, u32 slot_hi,
-                                            u32 per_split, u32 capacity, u32 split, u32& s0,
-                                            u32& s1) {
-    u32 lo = slot_lo, hi = slot_hi;
+// The slots [lo, hi) a query at `qpos` may see within [slot_lo, slot_hi):
+// while the ring has not wrapped past it (slot = position), those up to its
+// position and, for a sliding span, from its window's start; so a launch
+// sized for the whole ring (a recorded decode step) reads only the live
+// part.
+__device__ __forceinline__ void visible_slots(i64 qpos, i64 window, u32 slot_lo, u32 slot_hi,
+                                              u32 capacity, u32& lo, u32& hi) {
+    lo = slot_lo;
+    hi = slot_hi;
     if (qpos < (i64)capacity) {
         hi = min(hi, (u32)qpos + 1u);
         if (window > 0 && qpos + 1 > window) lo = max(lo, (u32)(qpos + 1 - window));
     }
+}
+
+// Slots [s0, s1) of split `split`: slots [slot_lo, slot_hi) are cut into
+// splits of `per_split` slots, each narrowed to what the row can see.
+__device__ __forceinline__ void split_slots(i64 qpos, i64 window, u32 slot_lo, u32 slot_hi,
+                                            u32 per_split, u32 capacity, u32 split, u32& s0,
+                                            u32& s1) {
+    u32 lo, hi;
+    visible_slots(qpos, window, slot_lo, slot_hi, capacity, lo, hi);
     s0 = max(slot_lo + split * per_split, lo);
     s1 = min(slot_lo + split * per_split + per_split, hi);
 }
@@ -204,13 +213,39 @@ __device__ __forceinline__ void load_j(const float* p, float* v) {
     }
 }
 
-template <int J, int G>
+// A decode step's fused kernels (`attn_gqa_*_step`: one query row, the
+// projections' q, k and v as they come out of the GEMVs) do, besides the
+// GQA kernel's attention, what `rope_kv_write` would in a launch of its
+// own:
+// - each warp rotates its head's query in shared memory (rope.cuh's
+//   rotate_pair, so the same bits as rope_kv.cu);
+// - the block whose split holds this step's slot (position % capacity)
+//   rotates the step's key, stores key and value and the slot's position
+//   in the store, and stages them from shared memory instead of copying
+//   the slot back (no other block reads that slot: it lies in no other
+//   split).
+// attn_combine then merges the splits as after the plain kernels. (Merging
+// in the kernel instead, by the last block of each KV head to finish, was
+// slower: BENCHMARKS.md.)
+// Must match `GqaStep` in src/attention.rs.
+struct GqaStep {
+    const float* k;       // this step's key row [kv_dim], not rotated
+    const float* v;       // and its value row
+    float* kc;            // the store (the kernel's kc and vc, written here)
+    float* vc;
+    i64* slot_pos;
+    float factor;         // RoPE's attention factor
+    u32 pairs;            // pairs of a head that rotate
+    RopeFreqs freqs;
+};
+
+template <int J, int G, bool STEP>
 __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const float* q,
                                          const float* kc, const float* vc, const i64* slot_pos,
                                          const u32* positions, u32 num_heads, u32 group,
                                          u32 head_dim, u32 kv_dim, float scale, float softcap,
                                          i64 window, u32 slot_lo, u32 slot_hi, u32 per_split,
-                                         u32 capacity, u32 splits) {
+                                         u32 capacity, u32 splits, const GqaStep& st) {
     constexpr u32 HD = 32 * J, H4 = HD / 4;
     constexpr u32 T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
     constexpr u32 LPK = 32 / T;
@@ -231,13 +266,46 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     if (s0 >= s1) return;
     // head_dim is a multiple of 4: the query is whole float4s. Only this
     // warp reads its head's query.
-    const u32 h4 = head_dim / 4;
+    const u32 h4 = head_dim / 4, half = head_dim / 2;
     const u64 qh = (u64)row * num_heads + (u64)kvh * group + head;
     const float4* qrow = (const float4*)(q + qh * head_dim);
     float4* qq = qs + head * H4;
     for (u32 c = lane; c < h4; c += 32) qq[c] = qrow[c];
     __syncwarp();
     const u64 kv_off = (u64)kvh * head_dim;
+    // The step's slot when this block's split holds it (else none): its
+    // key and value come from `fresh`, not from the store.
+    u32 cur = 0xffffffffu;
+    __shared__ float4 fresh_k[STEP ? H4 : 1], fresh_v[STEP ? H4 : 1];
+    if constexpr (STEP) {
+        float* qf = (float*)qq;
+        for (u32 i = lane; i < st.pairs; i += 32) {
+            rotate_pair(qf[i], qf[i + half], (u32)qpos, st.freqs.f[i], st.factor);
+        }
+        __syncwarp();
+        const u32 slot = (u32)(qpos % (i64)capacity);
+        if (slot >= s0 && slot < s1) {
+            cur = slot;
+            float *fk = (float*)fresh_k, *fv = (float*)fresh_v;
+            const float *kr = st.k + kv_off, *vr = st.v + kv_off;
+            const u64 dst = (u64)slot * kv_dim + kv_off;
+            for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
+                float a = kr[i], b = kr[i + half];
+                if (i < st.pairs) rotate_pair(a, b, (u32)qpos, st.freqs.f[i], st.factor);
+                fk[i] = a;
+                fk[i + half] = b;
+                fv[i] = vr[i];
+                fv[i + half] = vr[i + half];
+                st.kc[dst + i] = a;
+                st.kc[dst + i + half] = b;
+                st.vc[dst + i] = fv[i];
+                st.vc[dst + i + half] = fv[i + half];
+            }
+            // Every KV head's block writes the same position.
+            if (threadIdx.x == 0) st.slot_pos[slot] = qpos;
+            __syncthreads();  // fresh_k and fresh_v complete
+        }
+    }
     const u32 key = lane / LPK, sub = lane % LPK;  // the key this lane scores
     const float* vt = (const float*)vs;
 
@@ -249,13 +317,18 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     for (u32 t0 = s0; t0 < s1; t0 += T) {
         const u32 nk = min(T, s1 - t0);
         // Float4 c of row r for i = r · h4 + c, the block's threads
-        // striding over i.
+        // striding over i (the step's own slot from shared memory).
         if (head_dim == HD) {
             // The variant's own head_dim (the usual case): row and column
             // by shifts of a compile-time power of two.
 #pragma unroll 4
             for (u32 i = threadIdx.x; i < nk * H4; i += blockDim.x) {
                 const u32 r = i / H4, c = i % H4;
+                if (STEP && t0 + r == cur) {
+                    ks[r * KS + c] = fresh_k[c];
+                    vs[r * H4 + c] = fresh_v[c];
+                    continue;
+                }
                 const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
                 cp_async16(&ks[r * KS + c], kc + src);
                 cp_async16(&vs[r * H4 + c], vc + src);
@@ -263,6 +336,11 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         } else {
             for (u32 i = threadIdx.x; i < nk * h4; i += blockDim.x) {
                 const u32 r = i / h4, c = i % h4;
+                if (STEP && t0 + r == cur) {
+                    ks[r * KS + c] = fresh_k[c];
+                    vs[r * H4 + c] = fresh_v[c];
+                    continue;
+                }
                 const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
                 cp_async16(&ks[r * KS + c], kc + src);
                 cp_async16(&vs[r * H4 + c], vc + src);
@@ -270,7 +348,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         }
         bool live = false;
         if (key < nk) {
-            const i64 kp = slot_pos[t0 + key];
+            const i64 kp = STEP && t0 + key == cur ? qpos : slot_pos[t0 + key];
             live = !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
         }
         cp_async_wait_all();
@@ -350,11 +428,16 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 
 // (head_dim, group) bounds: ≤ 64 with up to 8 or 16 query heads a group,
 // ≤ 128 with 4 or 8, ≤ 256 with 4; the smaller group where it fits, as its
-// kernel needs fewer registers (src/attention.rs picks).
+// kernel needs fewer registers (src/attention.rs picks). Each comes as the
+// attention alone and as a decode step's fused kernel (GqaStep).
 #define ATT_GQA_KERNEL(name, J, G)                                                               \
     extern "C" __global__ void __launch_bounds__(32 * G) name(ATT_GQA_ARGS) {                   \
         pdl_enter();                                                                            \
-        attn_gqa<J, G>(ATT_GQA_PASS);                                                            \
+        attn_gqa<J, G, false>(ATT_GQA_PASS, GqaStep{});                                          \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * G) name##_step(ATT_GQA_ARGS, GqaStep st) { \
+        pdl_enter();                                                                            \
+        attn_gqa<J, G, true>(ATT_GQA_PASS, st);                                                  \
     }
 ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8)
 ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16)

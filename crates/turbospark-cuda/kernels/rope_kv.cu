@@ -25,25 +25,6 @@
 // is read and written by one thread, so rotating in place needs no
 // synchronisation; a rotated k pair goes both back to k and to the store.
 
-// Passed by value in the kernel's parameter space (1 KiB), so a call copies
-// no table to the device. Must match `RopeFreqs` in src/kernels.rs.
-struct RopeFreqs {
-    float f[256];
-};
-
-// Rotates the pair (a, b) of a head at `position` by frequency `freq`.
-// Every product and sum is rounded on its own (the _rn intrinsics are
-// never contracted into FMAs), as the CPU computes it, so each inlined
-// copy of this function gives the same bits.
-__device__ __forceinline__ void rotate_pair(float& a, float& b, u32 position, float freq,
-                                            float factor) {
-    const float angle = __fmul_rn((float)position, freq);
-    const float c = __fmul_rn(cosf(angle), factor), s = __fmul_rn(sinf(angle), factor);
-    const float u = a, v = b;
-    a = __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, s));
-    b = __fadd_rn(__fmul_rn(v, c), __fmul_rn(u, s));
-}
-
 // The store slot of row `row`, or −1 when a later row of the call takes the
 // same slot (it wins) or the store has no slots.
 __device__ __forceinline__ i64 store_slot(const u32* positions, u64 row, u32 rows,

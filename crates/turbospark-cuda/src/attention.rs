@@ -9,15 +9,20 @@
 //! query heads that share it, and the per-head one) of the split-KV
 //! kernels, and sends prompt-sized calls (`Precision::Bf16`, head dims the
 //! flash kernel has) to `crate::flash_attention`; writes into the store are
-//! `crate::rope_kv`'s (one kernel with RoPE). It must not synchronise with
-//! the host.
+//! `crate::rope_kv`'s (one kernel with RoPE), except in a decode step's
+//! fused kernel ([`rope_kv_attention`]: RoPE, the store write and
+//! attention in one launch). It must not synchronise with the host.
 
 use cudarc::driver::CudaSlice;
 use turbospark_backend::{AttnParams, KvSpec};
 use turbospark_format::AttnSpan;
 
+use cudarc::driver::CudaFunction;
+use turbospark_backend::RopeTable;
+
 use crate::flash_attention::{flash_attention, flash_supported};
-use crate::kernels::Arg;
+use crate::kernels::{Arg, RopeFreqs};
+use crate::rope_kv::{Rotation, rope_kv_write};
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaBatch, CudaTensor, Precision};
 
@@ -38,30 +43,39 @@ const GQA_WARPS_PER_SM: usize = 16;
 const COMBINE_THREADS: u32 = 256;
 const _: () = assert!(MAX_SPLITS <= COMBINE_THREADS as usize);
 
+/// A GQA decode kernel (kernels/attention.cu), in its two forms: the
+/// attention alone and a decode step's fused kernel (`GqaStep`), and its
+/// tile of slots.
+struct Gqa<'a> {
+    plain: &'a CudaFunction,
+    step: &'a CudaFunction,
+    tile: usize,
+}
+
 /// The GQA decode kernel for `head_dim` and `group` query heads per KV
 /// head, if one holds them (kernels/attention.cu: head_dim a multiple of 4,
 /// up to 64 with 16 heads a group, 128 with 8, 256 with 4), the one with the
-/// least shared memory, and its tile: `min(32, 4096 / (32 · ceil(hd / 32)))`
+/// least shared memory; its tile is `min(32, 4096 / (32 · ceil(hd / 32)))`
 /// slots (`GQA_TILE_VALUES`).
-fn gqa_kernel(
-    be: &Cuda,
-    head_dim: usize,
-    group: usize,
-) -> Option<(&cudarc::driver::CudaFunction, usize)> {
+fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize) -> Option<Gqa<'_>> {
     if !head_dim.is_multiple_of(4) {
         return None;
     }
     let k = &be.k;
     [
-        (64, 8, &k.attn_gqa_hd64_g8),
-        (64, 16, &k.attn_gqa_hd64_g16),
-        (128, 4, &k.attn_gqa_hd128_g4),
-        (128, 8, &k.attn_gqa_hd128_g8),
-        (256, 4, &k.attn_gqa_hd256_g4),
+        (64, 8, &k.attn_gqa_hd64_g8, &k.attn_gqa_hd64_g8_step),
+        (64, 16, &k.attn_gqa_hd64_g16, &k.attn_gqa_hd64_g16_step),
+        (128, 4, &k.attn_gqa_hd128_g4, &k.attn_gqa_hd128_g4_step),
+        (128, 8, &k.attn_gqa_hd128_g8, &k.attn_gqa_hd128_g8_step),
+        (256, 4, &k.attn_gqa_hd256_g4, &k.attn_gqa_hd256_g4_step),
     ]
     .into_iter()
-    .find(|&(hd, g, _)| head_dim <= hd && group <= g)
-    .map(|(hd, _, f)| (f, (4096 / hd).min(32)))
+    .find(|&(hd, g, _, _)| head_dim <= hd && group <= g)
+    .map(|(hd, _, plain, step)| Gqa {
+        plain,
+        step,
+        tile: (4096 / hd).min(32),
+    })
 }
 
 /// Slots per split of the GQA kernel for `range` slots and `units` (row,
@@ -199,6 +213,100 @@ pub(crate) fn attn_args(
     Some(AttnArgs { window, sinks })
 }
 
+/// The split-KV launch of one call: the GQA kernel (if one holds the
+/// shapes), the slots scanned, cut into `splits` of `per_split`.
+struct Splits<'a> {
+    gqa: Option<Gqa<'a>>,
+    lo: usize,
+    hi: usize,
+    per_split: usize,
+    splits: usize,
+}
+
+fn splits<'a>(be: &'a Cuda, kv: &CudaKv, batch: &CudaBatch, p: &AttnParams) -> Splits<'a> {
+    let n = batch.rows();
+    // A recording must serve every later position: scan the whole ring
+    // (each row's kernel blocks skip what its own position cannot see).
+    let (lo, hi) = if be.recording() {
+        (0, kv.spec.capacity)
+    } else {
+        slot_range(&batch.host_positions, kv.spec.capacity, p.span)
+    };
+    let group = p.num_heads / p.num_kv_heads;
+    let gqa = gqa_kernel(be, p.head_dim, group);
+    let range = hi - lo;
+    let per_split = match &gqa {
+        Some(k) => gqa_per_split(
+            range,
+            n * p.num_kv_heads,
+            group,
+            k.tile,
+            be.sm_count as usize,
+        ),
+        None => {
+            // About eight blocks an SM.
+            let want = (8 * be.sm_count as usize).div_ceil(n * p.num_heads);
+            let splits = want.clamp(1, range.div_ceil(MIN_SLOTS_PER_SPLIT).clamp(1, MAX_SPLITS));
+            range.div_ceil(splits).max(1)
+        }
+    };
+    Splits {
+        gqa,
+        lo,
+        hi,
+        per_split,
+        splits: range.div_ceil(per_split).max(1),
+    }
+}
+
+/// The arguments the split kernels share (`ATT_GQA_ARGS` without `splits`).
+#[allow(clippy::too_many_arguments)]
+fn split_args(
+    be: &Cuda,
+    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
+    q: &CudaTensor,
+    kv: &CudaKv,
+    batch: &CudaBatch,
+    p: &AttnParams,
+    window: i64,
+    sp: &Splits,
+) -> Vec<Arg> {
+    vec![
+        Arg::Ptr(be.ptr(part_o)),
+        Arg::Ptr(be.ptr(part_ml)),
+        Arg::Ptr(be.ptr(&q.data)),
+        Arg::Ptr(be.ptr(&kv.k)),
+        Arg::Ptr(be.ptr(&kv.v)),
+        Arg::Ptr(be.ptr(&kv.slot_pos)),
+        Arg::Ptr(be.ptr(&batch.positions)),
+        Arg::U32(p.num_heads as u32),
+        Arg::U32((p.num_heads / p.num_kv_heads) as u32),
+        Arg::U32(p.head_dim as u32),
+        Arg::U32(kv.spec.kv_dim as u32),
+        Arg::F32(p.scale),
+        Arg::F32(p.softcap.unwrap_or(0.0)),
+        Arg::I64(window),
+        Arg::U32(sp.lo as u32),
+        Arg::U32(sp.hi as u32),
+        Arg::U32(sp.per_split as u32),
+        Arg::U32(kv.spec.capacity as u32),
+    ]
+}
+
+/// Per-split partial outputs and (m, l) of `rows` query rows.
+fn partials(
+    be: &Cuda,
+    rows: usize,
+    p: &AttnParams,
+    sp: &Splits,
+) -> (CudaSlice<f32>, CudaSlice<f32>) {
+    let rh = rows * p.num_heads;
+    (
+        be.scratch::<f32>(rh * sp.splits * p.head_dim),
+        be.scratch::<f32>(rh * sp.splits * 2),
+    )
+}
+
 pub fn attention(
     be: &Cuda,
     q: &CudaTensor,
@@ -219,87 +327,153 @@ pub fn attention(
     let Some(AttnArgs { window, sinks }) = attn_args(be, q, kv, n, p, sinks, out) else {
         return;
     };
-    // A recording must serve every later position: scan the whole ring
-    // (each row's kernel blocks skip what its own position cannot see).
-    let (lo, hi) = if be.recording() {
-        (0, kv.spec.capacity)
-    } else {
-        slot_range(&batch.host_positions, kv.spec.capacity, p.span)
-    };
     let rh = n * heads;
-    let group = heads / p.num_kv_heads;
-    let gqa = gqa_kernel(be, hd, group);
-    let range = hi - lo;
-    let per_split = match gqa {
-        Some((_, tile)) => {
-            gqa_per_split(range, n * p.num_kv_heads, group, tile, be.sm_count as usize)
-        }
-        None => {
-            // About eight blocks an SM.
-            let want = (8 * be.sm_count as usize).div_ceil(rh);
-            let splits = want.clamp(1, range.div_ceil(MIN_SLOTS_PER_SPLIT).clamp(1, MAX_SPLITS));
-            range.div_ceil(splits).max(1)
-        }
-    };
-    let splits = range.div_ceil(per_split).max(1);
-
-    let part_o = be.scratch::<f32>(rh * splits * hd);
-    let part_ml = be.scratch::<f32>(rh * splits * 2);
-    let mut args = vec![
-        Arg::Ptr(be.ptr(&part_o)),
-        Arg::Ptr(be.ptr(&part_ml)),
-        Arg::Ptr(be.ptr(&q.data)),
-        Arg::Ptr(be.ptr(&kv.k)),
-        Arg::Ptr(be.ptr(&kv.v)),
-        Arg::Ptr(be.ptr(&kv.slot_pos)),
-        Arg::Ptr(be.ptr(&batch.positions)),
-        Arg::U32(heads as u32),
-        Arg::U32(group as u32),
-        Arg::U32(hd as u32),
-        Arg::U32(kv.spec.kv_dim as u32),
-        Arg::F32(p.scale),
-        Arg::F32(p.softcap.unwrap_or(0.0)),
-        Arg::I64(window),
-        Arg::U32(lo as u32),
-        Arg::U32(hi as u32),
-        Arg::U32(per_split as u32),
-        Arg::U32(kv.spec.capacity as u32),
-    ];
-    match gqa {
+    let sp = splits(be, kv, batch, p);
+    let (part_o, part_ml) = partials(be, n, p, &sp);
+    let mut args = split_args(be, (&part_o, &part_ml), q, kv, batch, p, window, &sp);
+    match &sp.gqa {
         // One block a split, one warp a query head.
-        Some((f, _)) => {
-            args.push(Arg::U32(splits as u32));
-            let grid = ((n * p.num_kv_heads) as u32, splits as u32, 1);
-            be.launch(f, grid, 32 * group as u32, &args);
+        Some(k) => {
+            args.push(Arg::U32(sp.splits as u32));
+            let grid = ((n * p.num_kv_heads) as u32, sp.splits as u32, 1);
+            be.launch(k.plain, grid, (32 * heads / p.num_kv_heads) as u32, &args);
         }
         None => be.launch(
             &be.k.attn_partial,
-            (rh as u32, splits as u32, 1),
+            (rh as u32, sp.splits as u32, 1),
             128,
             &args,
         ),
     }
-    let (sink_ptr, sink_dt) = sinks;
+    combine(
+        be,
+        out,
+        (&part_o, &part_ml),
+        sinks,
+        batch,
+        kv,
+        p,
+        window,
+        &sp,
+    );
+}
+
+/// Merges the splits' partials into `out` (`attn_combine`).
+#[allow(clippy::too_many_arguments)]
+fn combine(
+    be: &Cuda,
+    out: &mut CudaTensor,
+    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
+    (sink_ptr, sink_dt): (u64, i32),
+    batch: &CudaBatch,
+    kv: &CudaKv,
+    p: &AttnParams,
+    window: i64,
+    sp: &Splits,
+) {
     be.launch(
         &be.k.attn_combine,
-        (rh as u32, 1, 1),
+        ((batch.rows() * p.num_heads) as u32, 1, 1),
         COMBINE_THREADS,
         &[
             Arg::Ptr(be.ptr(&out.data)),
-            Arg::Ptr(be.ptr(&part_o)),
-            Arg::Ptr(be.ptr(&part_ml)),
+            Arg::Ptr(be.ptr(part_o)),
+            Arg::Ptr(be.ptr(part_ml)),
             Arg::Ptr(sink_ptr),
             Arg::I32(sink_dt),
-            Arg::U32(heads as u32),
-            Arg::U32(hd as u32),
-            Arg::U32(splits as u32),
+            Arg::U32(p.num_heads as u32),
+            Arg::U32(p.head_dim as u32),
+            Arg::U32(sp.splits as u32),
             Arg::Ptr(be.ptr(&batch.positions)),
             Arg::I64(window),
-            Arg::U32(lo as u32),
-            Arg::U32(hi as u32),
-            Arg::U32(per_split as u32),
+            Arg::U32(sp.lo as u32),
+            Arg::U32(sp.hi as u32),
+            Arg::U32(sp.per_split as u32),
             Arg::U32(kv.spec.capacity as u32),
         ],
+    );
+}
+
+/// `struct GqaStep` of kernels/attention.cu: what a decode step's fused
+/// kernel does besides attention (device addresses).
+#[repr(C)]
+pub struct GqaStep {
+    k: u64,
+    v: u64,
+    kc: u64,
+    vc: u64,
+    slot_pos: u64,
+    factor: f32,
+    pairs: u32,
+    freqs: RopeFreqs,
+}
+
+/// `rope_kv_write(q, k, v)`, then `attention(q)`: on one query row whose
+/// heads a GQA kernel holds (every decode step of the families here), the
+/// GQA kernel's step form rotates q and k itself and stores k and v
+/// (kernels/attention.cu, `GqaStep`) before `attn_combine` merges its
+/// splits, leaving `q` and `k` as they came (not rotated): one launch
+/// fewer. Otherwise the two operations.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_kv_attention(
+    be: &Cuda,
+    (q, k, v): (&mut CudaTensor, &mut CudaTensor, &CudaTensor),
+    kv: &mut CudaKv,
+    batch: &CudaBatch,
+    rope: &RopeTable,
+    p: &AttnParams,
+    sinks: Option<&CudaWeight>,
+    out: &mut CudaTensor,
+) {
+    let fused = batch.rows() == 1
+        && kv.spec.capacity > 0
+        && p.num_kv_heads > 0
+        && gqa_kernel(be, p.head_dim, p.num_heads / p.num_kv_heads).is_some();
+    if !fused {
+        rope_kv_write(be, q, k, v, kv, p.head_dim, batch, rope);
+        return attention(be, q, kv, batch, p, sinks, out);
+    }
+    assert!(
+        (k.rows, k.cols) == (1, kv.spec.kv_dim) && (v.rows, v.cols) == (1, kv.spec.kv_dim),
+        "rope_kv_attention: k and v are not [1, {}]",
+        kv.spec.kv_dim
+    );
+    let Some(AttnArgs { window, sinks }) = attn_args(be, q, kv, 1, p, sinks, out) else {
+        return;
+    };
+    let sp = splits(be, kv, batch, p);
+    let step = sp.gqa.as_ref().map(|g| g.step).expect("a GQA kernel");
+    let rot = Rotation::new(p.head_dim, rope);
+    let (part_o, part_ml) = partials(be, 1, p, &sp);
+    let mut args = split_args(be, (&part_o, &part_ml), q, kv, batch, p, window, &sp);
+    args.push(Arg::U32(sp.splits as u32));
+    args.push(Arg::Step(Box::new(GqaStep {
+        k: be.ptr(&k.data),
+        v: be.ptr(&v.data),
+        kc: be.ptr(&kv.k),
+        vc: be.ptr(&kv.v),
+        slot_pos: be.ptr(&kv.slot_pos),
+        factor: rot.factor,
+        pairs: rot.pairs as u32,
+        freqs: *rot.freqs,
+    })));
+    let grid = (p.num_kv_heads as u32, sp.splits as u32, 1);
+    be.launch(
+        step,
+        grid,
+        (32 * p.num_heads / p.num_kv_heads) as u32,
+        &args,
+    );
+    combine(
+        be,
+        out,
+        (&part_o, &part_ml),
+        sinks,
+        batch,
+        kv,
+        p,
+        window,
+        &sp,
     );
 }
 

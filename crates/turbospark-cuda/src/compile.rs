@@ -24,7 +24,13 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 pub const SOURCES: [(&str, &str); 10] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
-    ("rope_kv.cu", include_str!("../kernels/rope_kv.cu")),
+    (
+        "rope_kv.cu",
+        concat!(
+            include_str!("../kernels/rope.cuh"),
+            include_str!("../kernels/rope_kv.cu")
+        ),
+    ),
     (
         "gemv_dense.cu",
         concat!(
@@ -40,7 +46,13 @@ pub const SOURCES: [(&str, &str); 10] = [
         ),
     ),
     ("convert.cu", include_str!("../kernels/convert.cu")),
-    ("attention.cu", include_str!("../kernels/attention.cu")),
+    (
+        "attention.cu",
+        concat!(
+            include_str!("../kernels/rope.cuh"),
+            include_str!("../kernels/attention.cu")
+        ),
+    ),
     ("moe.cu", include_str!("../kernels/moe.cu")),
     ("sample.cu", include_str!("../kernels/sample.cu")),
     (

@@ -40,6 +40,9 @@ pub enum Arg {
     Segs(Box<crate::gemv::GemvSegs>),
     /// A sampling filter, by value (`struct Keep` in kernels/sample.cu).
     Keep(KeepArg),
+    /// What a decode step's fused attention kernel does besides attention,
+    /// by value (`struct GqaStep` in kernels/attention.cu).
+    Step(Box<crate::attention::GqaStep>),
 }
 
 /// `struct Keep` of kernels/sample.cu: which candidates a bucket pass
@@ -94,7 +97,8 @@ kernels! {
     "convert.cu" => [split_bf16, to_bf16, widen_f32, mxfp4_to_bf16, dequant_bf16],
     "attention.cu" => [
         attn_partial, attn_gqa_hd64_g8, attn_gqa_hd64_g16, attn_gqa_hd128_g4, attn_gqa_hd128_g8,
-        attn_gqa_hd256_g4, attn_combine,
+        attn_gqa_hd256_g4, attn_gqa_hd64_g8_step, attn_gqa_hd64_g16_step, attn_gqa_hd128_g4_step,
+        attn_gqa_hd128_g8_step, attn_gqa_hd256_g4_step, attn_combine,
     ],
     "sample.cu" => [argmax_rows, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
     "moe.cu" => [moe_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
@@ -130,6 +134,7 @@ pub fn launch(
             Arg::Freqs(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
             Arg::Segs(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
             Arg::Keep(v) => ptr::from_ref(v).cast_mut().cast(),
+            Arg::Step(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
         })
         .collect();
     let mut attr = sys::CUlaunchAttribute {

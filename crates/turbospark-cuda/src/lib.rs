@@ -612,6 +612,19 @@ impl Backend for Cuda {
         attention::attention(self, q, kv, batch, params, sinks, out);
     }
 
+    fn rope_kv_attention(
+        &self,
+        qkv: (&mut CudaTensor, &mut CudaTensor, &CudaTensor),
+        kv: &mut CudaKv,
+        batch: &CudaBatch,
+        rope: &RopeTable,
+        params: &AttnParams,
+        sinks: Option<&CudaWeight>,
+        out: &mut CudaTensor,
+    ) {
+        attention::rope_kv_attention(self, qkv, kv, batch, rope, params, sinks, out);
+    }
+
     fn moe(
         &self,
         x: &CudaTensor,

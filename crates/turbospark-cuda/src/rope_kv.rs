@@ -16,15 +16,15 @@ use crate::{Cuda, CudaBatch, CudaTensor};
 
 /// What rotates: pairs `0..pairs` of each `head_dim`-wide head by the
 /// table's frequencies, cos and sin scaled by `factor`.
-struct Rotation {
+pub(crate) struct Rotation {
     head_dim: usize,
-    pairs: usize,
-    freqs: Box<RopeFreqs>,
-    factor: f32,
+    pub pairs: usize,
+    pub freqs: Box<RopeFreqs>,
+    pub factor: f32,
 }
 
 impl Rotation {
-    fn new(head_dim: usize, rope: &RopeTable) -> Self {
+    pub(crate) fn new(head_dim: usize, rope: &RopeTable) -> Self {
         // Pairs beyond the table stay as they are, as on the CPU.
         let pairs = rope.inv_freq.len().min(head_dim / 2);
         let mut freqs = Box::new(RopeFreqs([0.0; 256]));

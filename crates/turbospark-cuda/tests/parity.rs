@@ -548,3 +548,253 @@ fn recorded_decode_attention_replays_at_new_positions() {
         check(&format!("replayed step at {pos}"), &g, &out, &c, F32_TOL);
     }
 }
+
+/// One decode step of the fused RoPE + store + attention (a GQA kernel's
+/// step form on one row) on both backends: the output within F32_TOL of
+/// the CPU's, the store as the CPU's (`check_store`) and, bit for bit, as
+/// the CUDA backend's own `rope_kv_write` leaves it.
+#[allow(clippy::too_many_arguments)]
+fn step_both(
+    g: &Cuda,
+    rng: &mut Rng,
+    p: &AttnParams,
+    rope: &RopeTable,
+    sinks: Option<&(turbospark_cpu::CpuWeight, turbospark_cuda::CudaWeight)>,
+    (ckv, gkv, apart): (&mut CpuKv, &mut CudaKv, &mut CudaKv),
+    pos: u32,
+) {
+    let (q_dim, kv_dim) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
+    let (mut cq, mut gq) = tensors(g, &rng.vec(q_dim, 1.0), 1, q_dim);
+    let (mut ck, mut gk) = tensors(g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+    let (cv, gv) = tensors(g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+    let mut ak = g.upload_tensor(&g.to_host(&gk), 1, kv_dim);
+    let mut aq = g.upload_tensor(&g.to_host(&gq), 1, q_dim);
+    let (cb, gb) = (Cpu.batch(&[0], &[pos]), g.batch(&[0], &[pos]));
+    let (mut c, mut o) = (Cpu.tensor(1, q_dim), g.tensor(1, q_dim));
+    let (cs, gs) = (sinks.map(|s| &s.0), sinks.map(|s| &s.1));
+    Cpu.rope_kv_attention((&mut cq, &mut ck, &cv), ckv, &cb, rope, p, cs, &mut c);
+    g.rope_kv_attention((&mut gq, &mut gk, &gv), gkv, &gb, rope, p, gs, &mut o);
+    g.rope_kv_write(&mut aq, &mut ak, &gv, apart, p.head_dim, &gb, rope);
+    let what = format!("fused step {p:?} at {pos}");
+    check(&what, g, &o, &c, F32_TOL);
+    check_store(&what, g, gkv, ckv);
+    let ((k, v, slots), (ak, av, aslots)) = (gkv.to_host(g), apart.to_host(g));
+    assert_eq!(
+        slots, aslots,
+        "{what}: slot positions differ from rope_kv_write's"
+    );
+    assert_eq!(
+        bits(&k),
+        bits(&ak),
+        "{what}: keys differ from rope_kv_write's"
+    );
+    assert_eq!(
+        bits(&v),
+        bits(&av),
+        "{what}: values differ from rope_kv_write's"
+    );
+}
+
+/// The fused decode step (RoPE, store write, attention and the merge of
+/// its splits in one launch) on every GQA kernel's shapes after a prompt
+/// (which takes the two-operation path): full and sliding spans, sinks
+/// (f32, bf16), softcap, a rotary table shorter than head_dim / 2, a
+/// head_dim below its kernel's (96 on the 128 kernel), many splits, and a
+/// ring of 9 slots that wraps.
+#[test]
+fn rope_kv_attention_steps_equal_the_cpus() {
+    let Some(mut g) = gpu() else { return };
+    g.set_precision(Precision::F32);
+    let mut rng = Rng(26);
+    let base = AttnParams {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 128,
+        scale: 0.088,
+        span: AttnSpan::Full,
+        softcap: None,
+    };
+    // (params, rotary pairs, capacity, prompt, steps, sinks)
+    let cases = [
+        (base, 64, 1400, 1100, 3, None),
+        (
+            AttnParams {
+                head_dim: 96,
+                ..base
+            },
+            20,
+            300,
+            40,
+            2,
+            None,
+        ),
+        (
+            AttnParams {
+                num_heads: 16,
+                head_dim: 64,
+                span: AttnSpan::Sliding { window: 128 },
+                ..base
+            },
+            24,
+            300,
+            200,
+            3,
+            Some(DType::BF16),
+        ),
+        (
+            AttnParams {
+                num_heads: 16,
+                num_kv_heads: 1,
+                head_dim: 64,
+                ..base
+            },
+            32,
+            200,
+            90,
+            2,
+            Some(DType::F32),
+        ),
+        (
+            AttnParams {
+                num_heads: 2,
+                num_kv_heads: 1,
+                head_dim: 256,
+                softcap: Some(2.0),
+                ..base
+            },
+            128,
+            100,
+            50,
+            2,
+            None,
+        ),
+        (
+            AttnParams {
+                num_heads: 6,
+                num_kv_heads: 3,
+                head_dim: 64,
+                span: AttnSpan::Sliding { window: 5 },
+                ..base
+            },
+            32,
+            9,
+            4,
+            12,
+            Some(DType::F32),
+        ),
+    ];
+    for (p, pairs, capacity, prompt, steps, sinks) in cases {
+        let rope = rope_table(p.head_dim, pairs, 1.1);
+        let kv_dim = p.num_kv_heads * p.head_dim;
+        let q_dim = p.num_heads * p.head_dim;
+        let spec = KvSpec { capacity, kv_dim };
+        let (mut ckv, mut gkv, mut apart) =
+            (Cpu.kv_alloc(spec), g.kv_alloc(spec), g.kv_alloc(spec));
+        let s = sinks.map(|dt| weight(&g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
+        // The prompt: several rows, the two-operation path on both.
+        let positions: Vec<u32> = (0..prompt as u32).collect();
+        let tokens = vec![0; prompt];
+        let (cb, gb) = (Cpu.batch(&tokens, &positions), g.batch(&tokens, &positions));
+        let (mut cq, mut gq) = tensors(&g, &rng.vec(prompt * q_dim, 1.0), prompt, q_dim);
+        let (mut ck, mut gk) = tensors(&g, &rng.vec(prompt * kv_dim, 1.0), prompt, kv_dim);
+        let (cv, gv) = tensors(&g, &rng.vec(prompt * kv_dim, 1.0), prompt, kv_dim);
+        let (mut c, mut o) = (Cpu.tensor(prompt, q_dim), g.tensor(prompt, q_dim));
+        let (cs, gs) = (s.as_ref().map(|s| &s.0), s.as_ref().map(|s| &s.1));
+        Cpu.rope_kv_attention(
+            (&mut cq, &mut ck, &cv),
+            &mut ckv,
+            &cb,
+            &rope,
+            &p,
+            cs,
+            &mut c,
+        );
+        g.rope_kv_attention(
+            (&mut gq, &mut gk, &gv),
+            &mut gkv,
+            &gb,
+            &rope,
+            &p,
+            gs,
+            &mut o,
+        );
+        // The two-operation path leaves k rotated: the same store.
+        g.kv_write(&mut apart, &gk, &gv, &gb);
+        check(&format!("prompt {p:?}"), &g, &o, &c, F32_TOL);
+        for i in 0..steps {
+            let kvs = (&mut ckv, &mut gkv, &mut apart);
+            step_both(
+                &g,
+                &mut rng,
+                &p,
+                &rope,
+                s.as_ref(),
+                kvs,
+                (prompt + i) as u32,
+            );
+        }
+    }
+}
+
+/// A recorded fused step replayed at later positions equals the CPU's
+/// eager steps: the ring of 10 slots wraps, the window of 6 slides, and
+/// the merge's counters are back at 0 after every replay.
+#[test]
+fn recorded_rope_kv_attention_replays_at_new_positions() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(27);
+    let p = AttnParams {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+        span: AttnSpan::Sliding { window: 6 },
+        softcap: Some(3.0),
+    };
+    let rope = rope_table(64, 32, 1.0);
+    let (kv_dim, q_dim) = (2 * 64, 8 * 64);
+    let spec = KvSpec {
+        capacity: 10,
+        kv_dim,
+    };
+    let s = weight(&g, &rng.vec(8, 2.0), &[8], DType::F32);
+    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+    let (mut gq, mut gk, mut gv) = (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
+    let mut gb = g.batch(&[0], &[0]);
+    let mut out = g.tensor(1, q_dim);
+    assert!(g.begin_graph(), "the CUDA backend records");
+    g.rope_kv_attention(
+        (&mut gq, &mut gk, &gv),
+        &mut gkv,
+        &gb,
+        &rope,
+        &p,
+        Some(&s.1),
+        &mut out,
+    );
+    let graph = g.end_graph().expect("a recording");
+    for pos in 0..25u32 {
+        let (mut cq, q) = tensors(&g, &rng.vec(q_dim, 1.0), 1, q_dim);
+        let (mut ck, k) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+        let (cv, v) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+        g.copy(&q, &mut gq);
+        g.copy(&k, &mut gk);
+        g.copy(&v, &mut gv);
+        g.set_batch(&mut gb, &[0], &[pos]);
+        g.replay(&graph);
+        let cb = Cpu.batch(&[0], &[pos]);
+        let mut c = Cpu.tensor(1, q_dim);
+        Cpu.rope_kv_attention(
+            (&mut cq, &mut ck, &cv),
+            &mut ckv,
+            &cb,
+            &rope,
+            &p,
+            Some(&s.0),
+            &mut c,
+        );
+        let what = format!("replayed fused step at {pos}");
+        check(&what, &g, &out, &c, F32_TOL);
+        check_store(&what, &g, &gkv, &ckv);
+    }
+}

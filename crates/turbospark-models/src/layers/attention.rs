@@ -4,9 +4,9 @@
 //!
 //! Order of operations (as transformers): project, add bias (before RoPE:
 //! the reverse order is a different function), per-head norm, rotate q and
-//! k, store k (rotated) and v (never rotated) (those three steps are one
-//! `Backend::rope_kv_write`, which a backend may fuse), attend (with
-//! per-head sink logits when the family has them), project out into the
+//! k, store k (rotated) and v (never rotated), attend (with per-head sink
+//! logits when the family has them) (those four steps are one
+//! `Backend::rope_kv_attention`, which a backend may fuse), project out into the
 //! residual stream. The input norm and the residual add are
 //! `crate::layers::residual`'s. Weight names follow the Llama convention
 //! `{prefix}.q_proj.weight`.
@@ -97,9 +97,9 @@ impl<B: Backend> Attention<B> {
             be.rms_norm(&k, kn, self.norm_eps, &mut ko);
             (q, k) = (qo, ko);
         }
-        be.rope_kv_write(&mut q, &mut k, &v, kv, p.head_dim, batch, rope);
         let mut attn = be.tensor(n, q_dim);
-        be.attention(&q, kv, batch, p, self.sinks.as_ref(), &mut attn);
+        let qkv = (&mut q, &mut k, &v);
+        be.rope_kv_attention(qkv, kv, batch, rope, p, self.sinks.as_ref(), &mut attn);
         norms.project_into(be, &attn, &self.o, self.o_bias.as_ref(), x);
     }
 }

@@ -1,0 +1,22 @@
+// RoPE's numerics, shared by rope_kv.cu (the rotation and KV write) and
+// attention.cu (a decode step's fused kernels rotate q and k themselves):
+// prepended to both (src/compile.rs), so every rotation gives the same bits.
+
+// Passed by value in the kernel's parameter space (1 KiB), so a call copies
+// no table to the device. Must match `RopeFreqs` in src/kernels.rs.
+struct RopeFreqs {
+    float f[256];
+};
+
+// Rotates the pair (a, b) of a head at `position` by frequency `freq`.
+// Every product and sum is rounded on its own (the _rn intrinsics are
+// never contracted into FMAs), as the CPU computes it, so each inlined
+// copy of this function gives the same bits.
+__device__ __forceinline__ void rotate_pair(float& a, float& b, u32 position, float freq,
+                                            float factor) {
+    const float angle = __fmul_rn((float)position, freq);
+    const float c = __fmul_rn(cosf(angle), factor), s = __fmul_rn(sinf(angle), factor);
+    const float u = a, v = b;
+    a = __fsub_rn(__fmul_rn(u, c), __fmul_rn(v, s));
+    b = __fadd_rn(__fmul_rn(v, c), __fmul_rn(u, s));
+}
