@@ -310,6 +310,29 @@ pub trait Backend: Send + Sync {
     }
     /// `out = act(gate) * up`.
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation, out: &mut Self::Tensor);
+    /// `out = act(rms_norm(x) · Gᵀ (+ bg)) * (rms_norm(x) · Uᵀ (+ bu))`
+    /// for `gate` = (G, bg) and `up` = (U, bu): a gated MLP's input norm,
+    /// gate and up projections and activation
+    /// ([`Backend::rms_norm_linears`], then [`Backend::glu`]). Backends may
+    /// fuse them (the activation written where the projections are
+    /// summed), with the same results.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_glu(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+        gate: (&Self::Weight, Option<&Self::Weight>),
+        up: (&Self::Weight, Option<&Self::Weight>),
+        act: Activation,
+        out: &mut Self::Tensor,
+    ) {
+        let (rows, width) = self.shape(out);
+        let mut g = self.tensor(rows, width);
+        let mut u = self.tensor(rows, width);
+        self.rms_norm_linears(x, w, eps, &[gate, up], &mut [&mut g, &mut u], None);
+        self.glu(&g, &u, act, out);
+    }
     /// `x *= s`.
     fn scale(&self, x: &mut Self::Tensor, s: f32);
     /// `x = cap · tanh(x / cap)`.

@@ -124,6 +124,16 @@ __device__ __forceinline__ float block_sum(float v) {
     return warp_sum(lane < (blockDim.x >> 5) ? part[lane] : 0.0f);
 }
 
+// The dense MLP's gate activations (elementwise.cu's glu, and the GEMVs
+// that write the activation: gemv_common.cuh), in the CPU's formulas.
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+// PyTorch's gelu(approximate="tanh").
+__device__ __forceinline__ float gelu_tanh(float g) {
+    const float k = 0.7978846f;  // sqrt(2/pi)
+    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+}
+
 // Grid-stride loop over [0, n).
 #define FOR_EACH(i, n) \
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)

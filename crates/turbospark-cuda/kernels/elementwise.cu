@@ -29,14 +29,6 @@ extern "C" __global__ void softcap_inplace(float* x, float cap, u64 n) {
     FOR_EACH(i, n) x[i] = cap * tanhf(x[i] / cap);
 }
 
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
-
-// PyTorch's gelu(approximate="tanh").
-__device__ __forceinline__ float gelu_tanh(float g) {
-    const float k = 0.7978846f;  // sqrt(2/pi)
-    return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
-}
-
 // out = act(gate) * up; act 0 = silu, 1 = gelu_tanh.
 extern "C" __global__ void glu(float* out, const float* gate, const float* up, u64 n, int act) {
     pdl_enter();

@@ -41,9 +41,11 @@
 // weights (dtype norm_dt) and eps, and block (0, 0) also writes the normed
 // row to `normed` when that is non-null; with `accumulate`, each output
 // adds the product to what it holds (a residual add) instead of being
-// overwritten; with `glu` (one segment, an MoE expert's gate_up rows), the
-// rows come as gate/up pairs and the output is the activation of each
-// pair, half as wide (see glu_row below).
+// overwritten; with `glu`, the rows come as gate/up pairs and the output
+// is the activation of each pair, half as many values: one segment (an MoE
+// expert's gate_up rows, see glu_row below) or two of the same height (a
+// dense MLP's gate and up, GLU_SEGS_*; the activation goes to the first
+// segment's output).
 // Must match `GemvSegs` in src/gemv.rs.
 struct GemvSegs {
     const void* w[GEMV_MAX_SEGS];
@@ -70,6 +72,17 @@ struct GemvSegs {
 // ClampedSwiGlu (gpt-oss): gate = even rows, up = odd rows; gate ≤ limit,
 // up in [−limit, limit], (up + 1) · gate · sigmoid(alpha · gate).
 #define GLU_CLAMPED_PAIRS 2
+// A dense MLP: gate = segment 0, up = segment 1 (as many rows each);
+// silu(gate) · up or gelu_tanh(gate) · up (elementwise.cu's glu). The
+// kernels interleave the two segments' units (rows, or row quads of the
+// grouped formats): virtual unit 2c is gate unit c and 2c + 1 up unit c,
+// neighbouring warps of one block (the host keeps W ≤ 4).
+#define GLU_SEGS_SILU 3
+#define GLU_SEGS_GELU_TANH 4
+
+__device__ __forceinline__ bool glu_segs(const GemvSegs& sg) {
+    return sg.glu >= GLU_SEGS_SILU;
+}
 
 // The kernels walk a glu launch's rows in pairs, virtual row 2c being gate
 // c and 2c + 1 up c, so that both rows of a pair land in one warp (grouped
@@ -81,7 +94,8 @@ __device__ __forceinline__ u32 glu_row(const GemvSegs& sg, u32 m, u32 v) {
 
 // The activation of one (gate, up) pair, biases already added.
 __device__ __forceinline__ float glu_value(const GemvSegs& sg, float g, float u) {
-    if (sg.glu == GLU_SWIGLU_HALVES) return g / (1.0f + expf(-g)) * u;
+    if (sg.glu == GLU_SWIGLU_HALVES || sg.glu == GLU_SEGS_SILU) return silu(g) * u;
+    if (sg.glu == GLU_SEGS_GELU_TANH) return gelu_tanh(g) * u;
     g = fminf(g, sg.glu_limit);
     u = fminf(fmaxf(u, -sg.glu_limit), sg.glu_limit);
     return (u + 1.0f) * (g / (1.0f + expf(-g * sg.glu_alpha)));
@@ -160,8 +174,15 @@ __device__ __forceinline__ T pick(const T (&arr)[GEMV_MAX_SEGS], u32 i) {
 }
 
 // The segment holding virtual row `v` (segments padded to `align` rows)
-// and the row within it; false past the last segment.
+// and the row within it; false past the last segment. GLU_SEGS launches
+// interleave their two segments' units of `align` rows.
 __device__ __forceinline__ bool seg_of(const GemvSegs& sg, u32 v, u32 align, u32& seg, u32& r) {
+    if (glu_segs(sg)) {
+        const u32 unit = v / align;
+        seg = unit & 1u;
+        r = (unit >> 1) * align + v % align;
+        return r < (sg.m[0] + align - 1) / align * align;
+    }
 #pragma unroll
     for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
         if (i < sg.count) {

@@ -72,7 +72,7 @@ __device__ __forceinline__ float dot8(const float* w, const float* x) {
 // is. `valid` is false past the last row (such warps still take part in
 // the block's shared-memory exchange).
 struct GemvRow {
-    u32 r, part, wpr, lane, m;
+    u32 r, seg, part, wpr, lane, m;
     const void* w;
     const void* bias;
     float* out;
@@ -89,6 +89,7 @@ __device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr, u32 vb)
     u32 seg = 0, r = 0;
     g.valid = seg_of(sg, vb * ((blockDim.x >> 5) / wpr) + warp / wpr, 1, seg, r);
     g.r = r;
+    g.seg = seg;
     g.m = pick(sg.m, seg);
     g.w = pick(sg.w, seg);
     g.bias = pick(sg.bias, seg);
@@ -100,7 +101,8 @@ __device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr, u32 vb)
 // order) and writes them (with the bias) from the row's first lane. A glu
 // launch's pairs are neighbouring rows of the block (an even number of
 // rows a block: the host keeps W ≤ 4): their first lanes meet in shared
-// memory and the gate row's writes the activation.
+// memory and the gate row's writes the activation (pair c of a job's
+// m / 2 in one segment, or of m with GLU_SEGS, where g.r is c).
 template <int NX>
 __device__ __forceinline__ void gemv_store(const GemvSegs& sg, float* acc, int bias_dt, u64 e,
                                            u32 job, u32 nx, const GemvRow& g, float r,
@@ -137,11 +139,13 @@ __device__ __forceinline__ void gemv_store(const GemvSegs& sg, float* acc, int b
             for (u32 t = 0; t < NX; t++) pair[slot][t] = out_value(acc[t], r, bias, bias_dt, bias_at);
         }
         __syncthreads();
-        if (!first || (g.r & 1u)) return;
+        const bool segs = glu_segs(sg);
+        if (!first || (segs ? g.seg : g.r & 1u)) return;
+        const u32 width = segs ? m : m / 2, c = segs ? g.r : g.r / 2;
 #pragma unroll
         for (u32 t = 0; t < NX; t++) {
             if (t < nx) {
-                out[((u64)job * nx + t) * (m / 2) + g.r / 2] =
+                out[((u64)job * nx + t) * width + c] =
                     glu_value(sg, pair[slot][t], pair[slot + 1][t]);
             }
         }

@@ -299,8 +299,33 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
             }
         }
     }
-    if (d.part != 0 || d.lane != 0) return;
     const u32 job = blockIdx.x;
+    if (glu_segs(sg)) {
+        // Gate quad c and up quad c are neighbouring warps' (GLU_SEGS):
+        // their first lanes meet in shared memory, and the gate's writes
+        // the four activations (NX = 1: one row of x with a fused norm).
+        __shared__ float pair[8][GR];
+        const u32 slot = d.warp / wpr;
+        const bool first = d.part == 0 && d.lane == 0;
+        if (first) {
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+                const u32 row = min(d.r0 + i, d.m - 1);
+                pair[slot][i] = out_value(acc[i][0], r, d.bias, bias_dt, d.e * d.m + row);
+            }
+        }
+        __syncthreads();
+        if (!first || (slot & 1u)) return;
+#pragma unroll
+        for (int i = 0; i < GR; i++) {
+            const u32 row = d.r0 + i;
+            if (row < d.m) {
+                d.out[(u64)job * d.m + row] = glu_value(sg, pair[slot][i], pair[slot + 1][i]);
+            }
+        }
+        return;
+    }
+    if (d.part != 0 || d.lane != 0) return;
     if (sg.glu) {
 #pragma unroll
         for (int i = 0; i < GR; i += 2) {
@@ -625,7 +650,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
             }
         }
         grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, sg.accumulate != 0);
-        if (wpr > 1) __syncthreads();  // the next turn rewrites part_sum
+        if (wpr > 1 || sg.glu) __syncthreads();  // the next turn rewrites the exchanges
     }
 }
 

@@ -7,7 +7,7 @@
 //! [`gemv`]. It must not synchronise with the host.
 
 use turbospark_backend::Quant;
-use turbospark_format::ExpertAct;
+use turbospark_format::{Activation, ExpertAct};
 
 use crate::kernels::Arg;
 use crate::weight::{CudaWeight, Dense, WeightData};
@@ -196,20 +196,31 @@ pub struct GemvSegs {
 /// `GemvSegs`): read x through an RMSNorm (its weights and eps; one row of
 /// x and one job), also writing the normed row to `normed` (a device
 /// address, 0 for none); add into the outputs instead of overwriting them;
-/// or, for an MoE expert's gate_up (one matrix, rows in the activation's
-/// gate/up layout), write the activation instead of the rows, half as many
-/// values a job.
+/// or write the activation of gate/up row pairs instead of the rows
+/// ([`GemvGlu`]).
 #[derive(Default)]
 pub struct GemvEdges<'a> {
     pub norm: Option<(&'a CudaWeight, f32)>,
     pub normed: u64,
     pub accumulate: bool,
-    pub glu: Option<ExpertAct>,
+    pub glu: Option<GemvGlu>,
 }
 
-/// `GLU_SWIGLU_HALVES` and `GLU_CLAMPED_PAIRS` in kernels/gemv_common.cuh.
+/// Which rows pair up in a launch that writes activations: an MoE expert's
+/// gate_up (one matrix, rows in the activation's layout; half as many
+/// values a job), or a dense MLP's gate and up (two segments of the same
+/// height, one row of x; the activation into the first one's output).
+#[derive(Clone, Copy)]
+pub enum GemvGlu {
+    Expert(ExpertAct),
+    Dense(Activation),
+}
+
+/// `GLU_*` in kernels/gemv_common.cuh.
 const GLU_SWIGLU_HALVES: i32 = 1;
 const GLU_CLAMPED_PAIRS: i32 = 2;
+const GLU_SEGS_SILU: i32 = 3;
+const GLU_SEGS_GELU_TANH: i32 = 4;
 
 /// Most matrices one GEMV launch holds (`GEMV_MAX_SEGS`).
 pub const MAX_SEGS: usize = 3;
@@ -295,16 +306,30 @@ pub(crate) fn launch_gemv(
     } else {
         dense_warps_cap(j.k)
     };
-    if let Some(act) = edges.glu {
-        assert!(
-            segs.len() == 1 && segs[0].3.is_multiple_of(2) && !edges.accumulate,
-            "gemv: a fused activation needs one matrix of gate/up row pairs"
-        );
-        (table.glu, table.glu_alpha, table.glu_limit) = match act {
-            ExpertAct::SwiGlu => (GLU_SWIGLU_HALVES, 0.0, 0.0),
-            ExpertAct::ClampedSwiGlu { alpha, limit } => (GLU_CLAMPED_PAIRS, alpha, limit),
+    if let Some(glu) = edges.glu {
+        let one_matrix = segs.len() == 1 && segs[0].3.is_multiple_of(2);
+        let (shape_ok, mode, alpha, limit) = match glu {
+            GemvGlu::Expert(ExpertAct::SwiGlu) => (one_matrix, GLU_SWIGLU_HALVES, 0.0, 0.0),
+            GemvGlu::Expert(ExpertAct::ClampedSwiGlu { alpha, limit }) => {
+                (one_matrix, GLU_CLAMPED_PAIRS, alpha, limit)
+            }
+            GemvGlu::Dense(act) => {
+                let two = segs.len() == 2 && segs[0].3 == segs[1].3 && one && j.jobs == 1;
+                let mode = match act {
+                    Activation::Silu => GLU_SEGS_SILU,
+                    Activation::GeluTanh => GLU_SEGS_GELU_TANH,
+                };
+                (two, mode, 0.0, 0.0)
+            }
         };
-        if !grouped {
+        assert!(
+            shape_ok && !edges.accumulate,
+            "gemv: a fused activation needs gate/up row pairs (one matrix, or two of one height on one row of x)"
+        );
+        (table.glu, table.glu_alpha, table.glu_limit) = (mode, alpha, limit);
+        // Pairs of rows (dense) or of row quads (two segments) meet in one
+        // block: an even number of them a block.
+        if !grouped || mode >= GLU_SEGS_SILU {
             max_wpr = max_wpr.min(GEMV_WARPS_PER_BLOCK / 2);
         }
     }

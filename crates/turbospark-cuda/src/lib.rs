@@ -567,6 +567,19 @@ impl Backend for Cuda {
         ops::glu(self, gate, up, act, out);
     }
 
+    fn rms_norm_glu(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        eps: f32,
+        gate: (&CudaWeight, Option<&CudaWeight>),
+        up: (&CudaWeight, Option<&CudaWeight>),
+        act: Activation,
+        out: &mut CudaTensor,
+    ) {
+        linear::rms_norm_glu(self, x, w, eps, (gate, up), act, out);
+    }
+
     fn scale(&self, x: &mut CudaTensor, s: f32) {
         ops::scale(self, x, s);
     }

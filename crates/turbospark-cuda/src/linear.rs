@@ -16,10 +16,12 @@
 //! must not synchronise with the host.
 
 use turbospark_backend::Backend;
+use turbospark_format::Activation;
 
 use crate::gemm::gemm;
 use crate::gemv::{
-    GemvEdges, MAX_SEGS, gemv_segments, launch_gemv, norm_prologue, same_gemv_kernel, x_job,
+    GemvEdges, GemvGlu, MAX_SEGS, gemv_segments, launch_gemv, norm_prologue, same_gemv_kernel,
+    x_job,
 };
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaTensor, ops};
@@ -133,6 +135,52 @@ pub fn rms_norm_linears(
         ..GemvEdges::default()
     };
     gemv_segments(be, x, parts, outs, &edges);
+}
+
+/// A weight and its bias.
+type Part<'a> = (&'a CudaWeight, Option<&'a CudaWeight>);
+
+/// `out = act(rms_norm(x) · Gᵀ + bg) * (rms_norm(x) · Uᵀ + bu)`: on one row
+/// of x whose gate and up share a kernel that reads x through the norm,
+/// one launch that writes the activation (`GemvGlu::Dense`: gate and up
+/// rows interleaved so each pair meets in a block); otherwise
+/// [`rms_norm_linears`] into gate and up, then the glu kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_glu(
+    be: &Cuda,
+    x: &CudaTensor,
+    w: &CudaWeight,
+    eps: f32,
+    (gate, up): (Part, Part),
+    act: Activation,
+    out: &mut CudaTensor,
+) {
+    let m = gate.0.rows();
+    let fused = x.rows == 1
+        && same_gemv_kernel(gate.0, up.0)
+        && up.0.rows() == m
+        && m > 0
+        && gate.0.cols() == x.cols
+        && up.0.cols() == x.cols
+        && (out.rows, out.cols) == (1, m)
+        && w.numel() == x.cols
+        && norm_prologue(be, &gate.0.data, x.cols as u32);
+    if !fused {
+        let mut g = be.tensor(x.rows, m);
+        let mut u = be.tensor(x.rows, up.0.rows());
+        rms_norm_linears(be, x, w, eps, &[gate, up], &mut [&mut g, &mut u], None);
+        return ops::glu(be, &g, &u, act, out);
+    }
+    let edges = GemvEdges {
+        norm: Some((w, eps)),
+        glu: Some(GemvGlu::Dense(act)),
+        ..GemvEdges::default()
+    };
+    // The activation goes to the gate segment's output; the up segment's
+    // is never written.
+    let dst = be.ptr(&out.data);
+    let segs = [(gate.0, gate.1, dst, m as u32), (up.0, up.1, dst, m as u32)];
+    launch_gemv(be, &segs, &x_job(be, x), &edges);
 }
 
 /// Whether `parts` can share one GEMV launch on `x` into `outs`.

@@ -28,7 +28,7 @@ use turbospark_format::{ExpertAct, Routing};
 use cudarc::driver::CudaSlice;
 
 use crate::gemm::{XType, gemm_rows, weight_scratch};
-use crate::gemv::{GemvEdges, GemvJob, gemv};
+use crate::gemv::{GemvEdges, GemvGlu, GemvJob, gemv};
 use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::linear::GEMM_MIN_ROWS;
 use crate::weight::CudaWeight;
@@ -146,7 +146,7 @@ fn per_token(
             k: hidden as u32,
         },
         &GemvEdges {
-            glu: Some(p.act),
+            glu: Some(GemvGlu::Expert(p.act)),
             ..GemvEdges::default()
         },
     );

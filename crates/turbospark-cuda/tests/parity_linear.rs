@@ -12,7 +12,7 @@
 use turbospark_backend::{Backend, Experts, MoeParams, Quant};
 use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
 use turbospark_cuda::{Cuda, CudaTensor, CudaWeight, Precision};
-use turbospark_format::{DType, ExpertAct, Routing};
+use turbospark_format::{Activation, DType, ExpertAct, Routing};
 
 mod common;
 
@@ -221,6 +221,44 @@ fn rms_norm_linears_reads_x_through_the_norm() {
                         check(&format!("{what} normed"), &g, &g_normed, &normed, F32_TOL);
                     }
                     check_parts(&g, &normed, &ws, &biases, &outs, &what);
+                }
+            }
+        }
+    }
+}
+
+/// A gated MLP's input norm, gate and up projections and activation
+/// (`rms_norm_glu`): one row of x takes one GEMV launch that interleaves
+/// the gate and up rows and writes silu(gate) · up or gelu_tanh(gate) · up
+/// (odd heights, every format, a bias on gate, both precisions); 3 rows
+/// take the norm kernel, the GEMVs and the glu kernel. Against the CPU's
+/// norm, products and activation at twice the GEMV bounds (the activation's
+/// error adds the gate's and the up's).
+#[test]
+fn rms_norm_glu_writes_the_activation() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng(28);
+    for precision in [Precision::Bf16, Precision::F32] {
+        g.set_precision(precision);
+        for (k, m) in [(64, 37), (2880, 101), (4096, 1024)] {
+            for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+                let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m, m]);
+                let parts = gpu_parts(&ws, &biases);
+                let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+                for act in [Activation::Silu, Activation::GeluTanh] {
+                    for n in [1, 3] {
+                        let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
+                        let cparts = [
+                            (&ws[0].0, biases[0].as_ref().map(|b| &b.0)),
+                            (&ws[1].0, None),
+                        ];
+                        let mut c = Cpu.tensor(n, m);
+                        Cpu.rms_norm_glu(&cx, &cn, 1e-5, cparts[0], cparts[1], act, &mut c);
+                        let mut o = g.tensor(n, m);
+                        g.rms_norm_glu(&gx, &gn, 1e-5, parts[0], parts[1], act, &mut o);
+                        let what = format!("rms_norm_glu {fmt} {precision:?} {act:?} k={k} n={n}");
+                        check(&what, &g, &o, &c, 2.0 * gemv_tol(&g, &ws[0].1, n));
+                    }
                 }
             }
         }

@@ -42,21 +42,10 @@ impl<B: Backend> GatedMlp<B> {
     /// `x += post(mlp(rms_norm(x)))`.
     pub fn forward(&self, be: &B, x: &mut B::Tensor, norms: &BlockNorms<'_, B>) {
         let n = be.shape(x).0;
-        let i = self.width;
-        let mut gate = be.tensor(n, i);
-        let mut up = be.tensor(n, i);
-        norms.linears(
-            be,
-            x,
-            &[
-                (&self.gate, self.gate_bias.as_ref()),
-                (&self.up, self.up_bias.as_ref()),
-            ],
-            &mut [&mut gate, &mut up],
-            None,
-        );
-        let mut act = be.tensor(n, i);
-        be.glu(&gate, &up, self.activation, &mut act);
+        let mut act = be.tensor(n, self.width);
+        let gate = (&self.gate, self.gate_bias.as_ref());
+        let up = (&self.up, self.up_bias.as_ref());
+        norms.glu(be, x, gate, up, self.activation, &mut act);
         norms.project_into(be, &act, &self.down, self.down_bias.as_ref(), x);
     }
 }

@@ -8,6 +8,7 @@
 //! of those steps; the blocks own what happens between them.
 
 use turbospark_backend::Backend;
+use turbospark_format::Activation;
 
 /// A block's norms: `pre` before it, `post` (Gemma) on its output before
 /// the residual add.
@@ -30,6 +31,21 @@ impl<B: Backend> BlockNorms<'_, B> {
         normed: Option<&mut B::Tensor>,
     ) {
         be.rms_norm_linears(x, self.pre, self.eps, parts, outs, normed);
+    }
+
+    /// `out = act(rms_norm(x) · Gᵀ + bg) * (rms_norm(x) · Uᵀ + bu)`: a gated
+    /// MLP's first projections and activation through the input norm (one
+    /// backend operation, which a backend may fuse).
+    pub fn glu(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        gate: (&B::Weight, Option<&B::Weight>),
+        up: (&B::Weight, Option<&B::Weight>),
+        act: Activation,
+        out: &mut B::Tensor,
+    ) {
+        be.rms_norm_glu(x, self.pre, self.eps, gate, up, act, out);
     }
 
     /// `x += post(y · Wᵀ + bias)`: the block's output projection into the
