@@ -259,23 +259,61 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     __shared__ float4 vs[T * H4];
     // A split this row cannot see (past its position, outside its window:
     // most of a recorded step's splits early in a sequence, and of a
-    // sliding layer's) writes nothing; attn_combine skips it.
+    // sliding layer's) writes nothing; attn_combine skips it. (positions
+    // come from the host before any kernel of the step: the step form
+    // reads them before waiting for the previous kernel.)
     const i64 qpos = (i64)positions[row];
     u32 s0, s1;
     split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
     if (s0 >= s1) return;
+    const u32 h4 = head_dim / 4, half = head_dim / 2;
+    const u64 kv_off = (u64)kvh * head_dim;
+    // The step's slot when this block's split holds it (else none): its
+    // key and value come from `fresh`, not from the store.
+    u32 cur = 0xffffffffu;
+    if (STEP) {
+        const u32 slot = (u32)(qpos % (i64)capacity);
+        if (slot >= s0 && slot < s1) cur = slot;
+    }
+    // Copies of rows [t0, t0 + nk) of the store to shared memory, the
+    // step's own slot left out: float4 c of row r for i = r · h4 + c, the
+    // block's threads striding over i.
+    auto stage = [&](u32 t0, u32 nk) {
+        if (head_dim == HD) {
+            // The variant's own head_dim (the usual case): row and column
+            // by shifts of a compile-time power of two.
+#pragma unroll 4
+            for (u32 i = threadIdx.x; i < nk * H4; i += blockDim.x) {
+                const u32 r = i / H4, c = i % H4;
+                if (STEP && t0 + r == cur) continue;
+                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+                cp_async16(&ks[r * KS + c], kc + src);
+                cp_async16(&vs[r * H4 + c], vc + src);
+            }
+        } else {
+            for (u32 i = threadIdx.x; i < nk * h4; i += blockDim.x) {
+                const u32 r = i / h4, c = i % h4;
+                if (STEP && t0 + r == cur) continue;
+                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+                cp_async16(&ks[r * KS + c], kc + src);
+                cp_async16(&vs[r * H4 + c], vc + src);
+            }
+        }
+    };
+    if constexpr (STEP) {
+        // The store's other slots were written by earlier steps, not by
+        // the previous kernel (the q/k/v projection): the first tile's
+        // copies go out before waiting for it, so they overlap its end.
+        stage(s0, min(T, s1 - s0));
+        pdl_enter();
+    }
     // head_dim is a multiple of 4: the query is whole float4s. Only this
     // warp reads its head's query.
-    const u32 h4 = head_dim / 4, half = head_dim / 2;
     const u64 qh = (u64)row * num_heads + (u64)kvh * group + head;
     const float4* qrow = (const float4*)(q + qh * head_dim);
     float4* qq = qs + head * H4;
     for (u32 c = lane; c < h4; c += 32) qq[c] = qrow[c];
     __syncwarp();
-    const u64 kv_off = (u64)kvh * head_dim;
-    // The step's slot when this block's split holds it (else none): its
-    // key and value come from `fresh`, not from the store.
-    u32 cur = 0xffffffffu;
     __shared__ float4 fresh_k[STEP ? H4 : 1], fresh_v[STEP ? H4 : 1];
     if constexpr (STEP) {
         float* qf = (float*)qq;
@@ -283,12 +321,10 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             rotate_pair(qf[i], qf[i + half], (u32)qpos, st.freqs.f[i], st.factor);
         }
         __syncwarp();
-        const u32 slot = (u32)(qpos % (i64)capacity);
-        if (slot >= s0 && slot < s1) {
-            cur = slot;
+        if (cur != 0xffffffffu) {
             float *fk = (float*)fresh_k, *fv = (float*)fresh_v;
             const float *kr = st.k + kv_off, *vr = st.v + kv_off;
-            const u64 dst = (u64)slot * kv_dim + kv_off;
+            const u64 dst = (u64)cur * kv_dim + kv_off;
             for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
                 float a = kr[i], b = kr[i + half];
                 if (i < st.pairs) rotate_pair(a, b, (u32)qpos, st.freqs.f[i], st.factor);
@@ -302,7 +338,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                 st.vc[dst + i + half] = fv[i + half];
             }
             // Every KV head's block writes the same position.
-            if (threadIdx.x == 0) st.slot_pos[slot] = qpos;
+            if (threadIdx.x == 0) st.slot_pos[cur] = qpos;
             __syncthreads();  // fresh_k and fresh_v complete
         }
     }
@@ -316,34 +352,11 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     for (int j = 0; j < J; j++) acc[j] = 0.0f;
     for (u32 t0 = s0; t0 < s1; t0 += T) {
         const u32 nk = min(T, s1 - t0);
-        // Float4 c of row r for i = r · h4 + c, the block's threads
-        // striding over i (the step's own slot from shared memory).
-        if (head_dim == HD) {
-            // The variant's own head_dim (the usual case): row and column
-            // by shifts of a compile-time power of two.
-#pragma unroll 4
-            for (u32 i = threadIdx.x; i < nk * H4; i += blockDim.x) {
-                const u32 r = i / H4, c = i % H4;
-                if (STEP && t0 + r == cur) {
-                    ks[r * KS + c] = fresh_k[c];
-                    vs[r * H4 + c] = fresh_v[c];
-                    continue;
-                }
-                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
-                cp_async16(&ks[r * KS + c], kc + src);
-                cp_async16(&vs[r * H4 + c], vc + src);
-            }
-        } else {
-            for (u32 i = threadIdx.x; i < nk * h4; i += blockDim.x) {
-                const u32 r = i / h4, c = i % h4;
-                if (STEP && t0 + r == cur) {
-                    ks[r * KS + c] = fresh_k[c];
-                    vs[r * H4 + c] = fresh_v[c];
-                    continue;
-                }
-                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
-                cp_async16(&ks[r * KS + c], kc + src);
-                cp_async16(&vs[r * H4 + c], vc + src);
+        if (!STEP || t0 != s0) stage(t0, nk);
+        if (STEP && cur >= t0 && cur < t0 + nk) {
+            for (u32 c = threadIdx.x; c < h4; c += blockDim.x) {
+                ks[(cur - t0) * KS + c] = fresh_k[c];
+                vs[(cur - t0) * H4 + c] = fresh_v[c];
             }
         }
         bool live = false;
@@ -436,8 +449,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         attn_gqa<J, G, false>(ATT_GQA_PASS, GqaStep{});                                          \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(32 * G) name##_step(ATT_GQA_ARGS, GqaStep st) { \
-        pdl_enter();                                                                            \
-        attn_gqa<J, G, true>(ATT_GQA_PASS, st);                                                  \
+        attn_gqa<J, G, true>(ATT_GQA_PASS, st); /* calls pdl_enter */                            \
     }
 ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8)
 ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16)
