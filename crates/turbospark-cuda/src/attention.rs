@@ -37,8 +37,12 @@ const FLASH_MIN_ROWS: usize = 16;
 const MAX_SPLITS: usize = 256;
 /// Warps the GQA kernel's splits aim for at least, per SM: each warp's
 /// tiles are latency-bound (copy, score, softmax, values in turn), so the
-/// SMs need many of them at once.
-const GQA_WARPS_PER_SM: usize = 16;
+/// SMs need many of them at once, and a decode step's kernel stages only
+/// its first tile before waiting for the projection. 32 rather than 16
+/// gives gpt-oss-20b at 2k positions one tile a split instead of two:
+/// 415 -> 428 tok/s on the H200 (Llama-8B, already at one tile, unchanged;
+/// 8 was slower for both).
+const GQA_WARPS_PER_SM: usize = 32;
 /// Threads of the combine kernel (`ATT_COMBINE_THREADS`): one a split.
 const COMBINE_THREADS: u32 = 256;
 const _: () = assert!(MAX_SPLITS <= COMBINE_THREADS as usize);
@@ -503,14 +507,14 @@ mod tests {
     #[test]
     fn gqa_splits_are_whole_tiles_and_fill_the_sms() {
         // Llama-3-8B decode at 2176 slots: 8 KV heads of 4 warps, tiles of
-        // 32, 132 SMs. 2112 warps want 66 blocks a KV head; 68 tiles make
+        // 32, 132 SMs. 4224 warps want 132 blocks a KV head; 68 tiles make
         // that one tile a split (68 splits, 2176 warps).
         assert_eq!(gqa_per_split(2176, 8, 4, 32, 132), 32);
-        // gpt-oss (8 heads a group): 33 blocks a KV head, two tiles each.
-        assert_eq!(gqa_per_split(2176, 8, 8, 32, 132), 64);
+        // gpt-oss (8 heads a group): 66 blocks a KV head, one tile each.
+        assert_eq!(gqa_per_split(2176, 8, 8, 32, 132), 32);
         // A long context takes several tiles a split: 32768 / 32 = 1024
-        // tiles over 66 blocks, 15 each.
-        assert_eq!(gqa_per_split(32768, 8, 4, 32, 132), 15 * 32);
+        // tiles over 132 blocks, 7 each.
+        assert_eq!(gqa_per_split(32768, 8, 4, 32, 132), 7 * 32);
         // Splits are capped at MAX_SPLITS.
         let per = gqa_per_split(1 << 20, 1, 1, 32, 132);
         assert!((1usize << 20).div_ceil(per) <= MAX_SPLITS);
