@@ -2,7 +2,7 @@
 //
 // The store holds f32 K and V `[capacity, kv_dim]` and `slot_pos[capacity]`
 // (i64, −1 = empty): slot p % capacity holds position p (kernels/rope_kv.cu
-// writes it). A key at position k is visible to a query at position q when
+// writes it, or a decode step's own kernel below, `attn_gqa_*_step`). A key at position k is visible to a query at position q when
 // 0 ≤ k ≤ q and, for a sliding span (window > 0), q − k < window
 // (crates/turbospark-cpu/src/attention.rs).
 //

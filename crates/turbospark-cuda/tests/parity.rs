@@ -502,11 +502,12 @@ fn attention_full_sliding_gqa_sinks_softcap() {
     attention_run(&g, &mut rng, odd, 50, &[20, 1], None);
 }
 
-/// A recorded decode step (KV write + attention on a one-row batch),
-/// replayed at later positions, equals the CPU's eager steps: the
-/// recording's launch covers the whole ring, and each replay reads its
-/// position from the overwritten batch (the ring of 10 slots wraps, the
-/// window of 6 slides).
+/// A recorded decode step, replayed at later positions, equals the CPU's
+/// eager steps: the recording's launch covers the whole ring, and each
+/// replay reads its position from the overwritten batch (the ring of 10
+/// slots wraps, the window of 6 slides). Both forms of a step: KV write +
+/// attention, and the fused RoPE + store write + attention (with sinks),
+/// whose store is checked too.
 #[test]
 fn recorded_decode_attention_replays_at_new_positions() {
     let Some(g) = gpu() else { return };
@@ -519,33 +520,50 @@ fn recorded_decode_attention_replays_at_new_positions() {
         span: AttnSpan::Sliding { window: 6 },
         softcap: Some(3.0),
     };
+    let rope = rope_table(64, 32, 1.0);
     let (kv_dim, q_dim) = (2 * 64, 8 * 64);
     let spec = KvSpec {
         capacity: 10,
         kv_dim,
     };
-    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
-    let (mut gq, mut gk, mut gv) = (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
-    let mut gb = g.batch(&[0], &[0]);
-    let mut out = g.tensor(1, q_dim);
-    assert!(g.begin_graph(), "the CUDA backend records");
-    g.kv_write(&mut gkv, &gk, &gv, &gb);
-    g.attention(&gq, &gkv, &gb, &p, None, &mut out);
-    let graph = g.end_graph().expect("a recording");
-    for pos in 0..25u32 {
-        let (cq, q) = tensors(&g, &rng.vec(q_dim, 1.0), 1, q_dim);
-        let (ck, k) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
-        let (cv, v) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
-        g.copy(&q, &mut gq);
-        g.copy(&k, &mut gk);
-        g.copy(&v, &mut gv);
-        g.set_batch(&mut gb, &[0], &[pos]);
-        g.replay(&graph);
-        let cb = Cpu.batch(&[0], &[pos]);
-        Cpu.kv_write(&mut ckv, &ck, &cv, &cb);
-        let mut c = Cpu.tensor(1, q_dim);
-        Cpu.attention(&cq, &ckv, &cb, &p, None, &mut c);
-        check(&format!("replayed step at {pos}"), &g, &out, &c, F32_TOL);
+    let s = weight(&g, &rng.vec(8, 2.0), &[8], DType::F32);
+    for fused in [false, true] {
+        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+        let (mut gq, mut gk, mut gv) =
+            (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
+        let mut gb = g.batch(&[0], &[0]);
+        let mut out = g.tensor(1, q_dim);
+        assert!(g.begin_graph(), "the CUDA backend records");
+        if fused {
+            let qkv = (&mut gq, &mut gk, &gv);
+            g.rope_kv_attention(qkv, &mut gkv, &gb, &rope, &p, Some(&s.1), &mut out);
+        } else {
+            g.kv_write(&mut gkv, &gk, &gv, &gb);
+            g.attention(&gq, &gkv, &gb, &p, None, &mut out);
+        }
+        let graph = g.end_graph().expect("a recording");
+        for pos in 0..25u32 {
+            let (mut cq, q) = tensors(&g, &rng.vec(q_dim, 1.0), 1, q_dim);
+            let (mut ck, k) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+            let (cv, v) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
+            g.copy(&q, &mut gq);
+            g.copy(&k, &mut gk);
+            g.copy(&v, &mut gv);
+            g.set_batch(&mut gb, &[0], &[pos]);
+            g.replay(&graph);
+            let cb = Cpu.batch(&[0], &[pos]);
+            let mut c = Cpu.tensor(1, q_dim);
+            let what = format!("replayed step (fused: {fused}) at {pos}");
+            if fused {
+                let qkv = (&mut cq, &mut ck, &cv);
+                Cpu.rope_kv_attention(qkv, &mut ckv, &cb, &rope, &p, Some(&s.0), &mut c);
+                check_store(&what, &g, &gkv, &ckv);
+            } else {
+                Cpu.kv_write(&mut ckv, &ck, &cv, &cb);
+                Cpu.attention(&cq, &ckv, &cb, &p, None, &mut c);
+            }
+            check(&what, &g, &out, &c, F32_TOL);
+        }
     }
 }
 
@@ -733,68 +751,5 @@ fn rope_kv_attention_steps_equal_the_cpus() {
                 (prompt + i) as u32,
             );
         }
-    }
-}
-
-/// A recorded fused step replayed at later positions equals the CPU's
-/// eager steps: the ring of 10 slots wraps, the window of 6 slides, and
-/// the merge's counters are back at 0 after every replay.
-#[test]
-fn recorded_rope_kv_attention_replays_at_new_positions() {
-    let Some(g) = gpu() else { return };
-    let mut rng = Rng(27);
-    let p = AttnParams {
-        num_heads: 8,
-        num_kv_heads: 2,
-        head_dim: 64,
-        scale: 0.125,
-        span: AttnSpan::Sliding { window: 6 },
-        softcap: Some(3.0),
-    };
-    let rope = rope_table(64, 32, 1.0);
-    let (kv_dim, q_dim) = (2 * 64, 8 * 64);
-    let spec = KvSpec {
-        capacity: 10,
-        kv_dim,
-    };
-    let s = weight(&g, &rng.vec(8, 2.0), &[8], DType::F32);
-    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
-    let (mut gq, mut gk, mut gv) = (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
-    let mut gb = g.batch(&[0], &[0]);
-    let mut out = g.tensor(1, q_dim);
-    assert!(g.begin_graph(), "the CUDA backend records");
-    g.rope_kv_attention(
-        (&mut gq, &mut gk, &gv),
-        &mut gkv,
-        &gb,
-        &rope,
-        &p,
-        Some(&s.1),
-        &mut out,
-    );
-    let graph = g.end_graph().expect("a recording");
-    for pos in 0..25u32 {
-        let (mut cq, q) = tensors(&g, &rng.vec(q_dim, 1.0), 1, q_dim);
-        let (mut ck, k) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
-        let (cv, v) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
-        g.copy(&q, &mut gq);
-        g.copy(&k, &mut gk);
-        g.copy(&v, &mut gv);
-        g.set_batch(&mut gb, &[0], &[pos]);
-        g.replay(&graph);
-        let cb = Cpu.batch(&[0], &[pos]);
-        let mut c = Cpu.tensor(1, q_dim);
-        Cpu.rope_kv_attention(
-            (&mut cq, &mut ck, &cv),
-            &mut ckv,
-            &cb,
-            &rope,
-            &p,
-            Some(&s.0),
-            &mut c,
-        );
-        let what = format!("replayed fused step at {pos}");
-        check(&what, &g, &out, &c, F32_TOL);
-        check_store(&what, &g, &gkv, &ckv);
     }
 }
