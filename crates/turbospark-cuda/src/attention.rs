@@ -13,12 +13,9 @@
 //! fused kernel ([`rope_kv_attention`]: RoPE, the store write and
 //! attention in one launch). It must not synchronise with the host.
 
-use cudarc::driver::CudaSlice;
-use turbospark_backend::{AttnParams, KvSpec};
+use cudarc::driver::{CudaFunction, CudaSlice};
+use turbospark_backend::{AttnParams, KvSpec, RopeTable};
 use turbospark_format::AttnSpan;
-
-use cudarc::driver::CudaFunction;
-use turbospark_backend::RopeTable;
 
 use crate::flash_attention::{flash_attention, flash_supported};
 use crate::kernels::{Arg, RopeFreqs};

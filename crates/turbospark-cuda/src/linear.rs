@@ -145,7 +145,6 @@ type Part<'a> = (&'a CudaWeight, Option<&'a CudaWeight>);
 /// one launch that writes the activation (`GemvGlu::Dense`: gate and up
 /// rows interleaved so each pair meets in a block); otherwise
 /// [`rms_norm_linears`] into gate and up, then the glu kernel.
-#[allow(clippy::too_many_arguments)]
 pub fn rms_norm_glu(
     be: &Cuda,
     x: &CudaTensor,
