@@ -317,7 +317,7 @@ pub fn attention(
     sinks: Option<&CudaWeight>,
     out: &mut CudaTensor,
 ) {
-    let (n, hd, heads) = (batch.rows(), p.head_dim, p.num_heads);
+    let (n, hd) = (batch.rows(), p.head_dim);
     assert!(
         hd > 0 && hd <= MAX_HEAD_DIM,
         "attention: head_dim {hd} (at most {MAX_HEAD_DIM})"
@@ -325,38 +325,53 @@ pub fn attention(
     if n >= FLASH_MIN_ROWS && flash_supported(hd) && be.precision() == Precision::Bf16 {
         return flash_attention(be, q, kv, batch, p, sinks, out);
     }
-    let Some(AttnArgs { window, sinks }) = attn_args(be, q, kv, n, p, sinks, out) else {
-        return;
-    };
-    let rh = n * heads;
+    if let Some(args) = attn_args(be, q, kv, n, p, sinks, out) {
+        split_attention(be, q, kv, batch, p, args, None, out);
+    }
+}
+
+/// The split-KV kernels on `q`, then `attn_combine` into `out`: the GQA
+/// kernel (its step form when `step` is given: one query row, a GQA
+/// kernel's shapes) or the per-head one, one block a split.
+#[allow(clippy::too_many_arguments)]
+fn split_attention(
+    be: &Cuda,
+    q: &CudaTensor,
+    kv: &CudaKv,
+    batch: &CudaBatch,
+    p: &AttnParams,
+    AttnArgs { window, sinks }: AttnArgs,
+    step: Option<GqaStep>,
+    out: &mut CudaTensor,
+) {
+    let n = batch.rows();
     let sp = splits(be, kv, batch, p);
     let (part_o, part_ml) = partials(be, n, p, &sp);
     let mut args = split_args(be, (&part_o, &part_ml), q, kv, batch, p, window, &sp);
-    match &sp.gqa {
+    match (&sp.gqa, step) {
         // One block a split, one warp a query head.
-        Some(k) => {
+        (Some(k), step) => {
             args.push(Arg::U32(sp.splits as u32));
+            let f = match step {
+                Some(st) => {
+                    args.push(Arg::Step(Box::new(st)));
+                    k.step
+                }
+                None => k.plain,
+            };
             let grid = ((n * p.num_kv_heads) as u32, sp.splits as u32, 1);
-            be.launch(k.plain, grid, (32 * heads / p.num_kv_heads) as u32, &args);
+            be.launch(f, grid, (32 * p.num_heads / p.num_kv_heads) as u32, &args);
         }
-        None => be.launch(
+        (None, None) => be.launch(
             &be.k.attn_partial,
-            (rh as u32, sp.splits as u32, 1),
+            ((n * p.num_heads) as u32, sp.splits as u32, 1),
             128,
             &args,
         ),
+        (None, Some(_)) => unreachable!("attention: a step form without a GQA kernel"),
     }
-    combine(
-        be,
-        out,
-        (&part_o, &part_ml),
-        sinks,
-        batch,
-        kv,
-        p,
-        window,
-        &sp,
-    );
+    let parts = (&part_o, &part_ml);
+    combine(be, out, parts, sinks, batch, kv, p, window, &sp);
 }
 
 /// Merges the splits' partials into `out` (`attn_combine`).
@@ -439,16 +454,11 @@ pub fn rope_kv_attention(
         "rope_kv_attention: k and v are not [1, {}]",
         kv.spec.kv_dim
     );
-    let Some(AttnArgs { window, sinks }) = attn_args(be, q, kv, 1, p, sinks, out) else {
+    let Some(args) = attn_args(be, q, kv, 1, p, sinks, out) else {
         return;
     };
-    let sp = splits(be, kv, batch, p);
-    let step = sp.gqa.as_ref().map(|g| g.step).expect("a GQA kernel");
     let rot = Rotation::new(p.head_dim, rope);
-    let (part_o, part_ml) = partials(be, 1, p, &sp);
-    let mut args = split_args(be, (&part_o, &part_ml), q, kv, batch, p, window, &sp);
-    args.push(Arg::U32(sp.splits as u32));
-    args.push(Arg::Step(Box::new(GqaStep {
+    let step = GqaStep {
         k: be.ptr(&k.data),
         v: be.ptr(&v.data),
         kc: be.ptr(&kv.k),
@@ -457,25 +467,8 @@ pub fn rope_kv_attention(
         factor: rot.factor,
         pairs: rot.pairs as u32,
         freqs: *rot.freqs,
-    })));
-    let grid = (p.num_kv_heads as u32, sp.splits as u32, 1);
-    be.launch(
-        step,
-        grid,
-        (32 * p.num_heads / p.num_kv_heads) as u32,
-        &args,
-    );
-    combine(
-        be,
-        out,
-        (&part_o, &part_ml),
-        sinks,
-        batch,
-        kv,
-        p,
-        window,
-        &sp,
-    );
+    };
+    split_attention(be, q, kv, batch, p, args, Some(step), out);
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! passes.
 
 use turbospark_backend::{AttnParams, Backend, KvSpec, Quant, RopeTable};
-use turbospark_cpu::{Cpu, CpuKv};
+use turbospark_cpu::{Cpu, CpuKv, CpuTensor};
 use turbospark_cuda::{Cuda, CudaKv, CudaTensor, Precision};
 use turbospark_format::{Activation, AttnSpan, DType, HostTensor};
 
@@ -321,6 +321,23 @@ fn rope_kv_write_equals_rope_rope_kv_write() {
     }
 }
 
+/// A recorded step's next inputs: random q, k and v rows (values within
+/// ±`scale`) copied into the tensors the recording reads, and the CPU's
+/// copies of them.
+fn next_step_inputs(
+    g: &Cuda,
+    rng: &mut Rng,
+    (gq, gk, gv): (&mut CudaTensor, &mut CudaTensor, &mut CudaTensor),
+    scale: f32,
+) -> (CpuTensor, CpuTensor, CpuTensor) {
+    let mut next = |t: &mut CudaTensor| {
+        let (c, d) = tensors(g, &rng.vec(t.cols, scale), 1, t.cols);
+        g.copy(&d, t);
+        c
+    };
+    (next(gq), next(gk), next(gv))
+}
+
 /// A recorded fused step (one row) replayed at later positions equals the
 /// CPU's eager steps: the launch does not depend on the position, each
 /// replay reads it from the overwritten batch, and the ring of 5 slots
@@ -343,12 +360,7 @@ fn recorded_rope_kv_write_replays_at_new_positions() {
     g.rope_kv_write(&mut gq, &mut gk, &gv, &mut gkv, hd, &gb, &rope);
     let graph = g.end_graph().expect("a recording");
     for pos in (0..12u32).chain([1000, 4095, 123_456]) {
-        let (mut cq, q) = tensors(&g, &rng.vec(q_dim, 2.0), 1, q_dim);
-        let (mut ck, k) = tensors(&g, &rng.vec(kv_dim, 2.0), 1, kv_dim);
-        let (cv, v) = tensors(&g, &rng.vec(kv_dim, 2.0), 1, kv_dim);
-        g.copy(&q, &mut gq);
-        g.copy(&k, &mut gk);
-        g.copy(&v, &mut gv);
+        let (mut cq, mut ck, cv) = next_step_inputs(&g, &mut rng, (&mut gq, &mut gk, &mut gv), 2.0);
         g.set_batch(&mut gb, &[0], &[pos]);
         g.replay(&graph);
         let cb = Cpu.batch(&[0], &[pos]);
@@ -543,12 +555,8 @@ fn recorded_decode_attention_replays_at_new_positions() {
         }
         let graph = g.end_graph().expect("a recording");
         for pos in 0..25u32 {
-            let (mut cq, q) = tensors(&g, &rng.vec(q_dim, 1.0), 1, q_dim);
-            let (mut ck, k) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
-            let (cv, v) = tensors(&g, &rng.vec(kv_dim, 1.0), 1, kv_dim);
-            g.copy(&q, &mut gq);
-            g.copy(&k, &mut gk);
-            g.copy(&v, &mut gv);
+            let gqkv = (&mut gq, &mut gk, &mut gv);
+            let (mut cq, mut ck, cv) = next_step_inputs(&g, &mut rng, gqkv, 1.0);
             g.set_batch(&mut gb, &[0], &[pos]);
             g.replay(&graph);
             let cb = Cpu.batch(&[0], &[pos]);
