@@ -184,11 +184,7 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
 #define GQA_TILE_VALUES 4096
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    u32 addr;
-    asm volatile("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }"
-                 : "=r"(addr)
-                 : "l"(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr), "l"(gmem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem));
 }
 
 __device__ __forceinline__ void cp_async_wait_all() {

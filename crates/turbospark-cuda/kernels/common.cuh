@@ -62,6 +62,12 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// The shared-memory address of `p` (a pointer into shared memory), as the
+// asynchronous-copy and mbarrier instructions take it.
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
 // Element `i` of a dense weight of dtype `dt`, as f32 (small vectors: norm
 // weights, biases, sinks, embedding rows).
 __device__ __forceinline__ float load_w(const void* w, int dt, u64 i) {

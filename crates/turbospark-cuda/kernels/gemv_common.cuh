@@ -135,13 +135,15 @@ __device__ __forceinline__ void norm_part(float ss, float* parts) {
     if ((threadIdx.x & 31u) == 0) parts[threadIdx.x >> 5] = ss;
 }
 
-__device__ __forceinline__ float norm_factor(const GemvSegs& sg, const float* parts, u32 k,
-                                             const float* x) {
+// `warps`: the warps that wrote parts (the first ones of the block), all of
+// which call this.
+__device__ __forceinline__ float norm_factor(const GemvSegs& sg, const float* parts, u32 warps,
+                                             u32 k, const float* x) {
     float ss = 0.0f;
-    for (u32 w = 0; w < (blockDim.x >> 5); w++) ss += parts[w];
+    for (u32 w = 0; w < warps; w++) ss += parts[w];
     const float r = 1.0f / sqrtf(ss / (float)k + sg.eps);
     if (sg.normed && blockIdx.x == 0 && blockIdx.y == 0) {
-        for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
+        for (u32 i = threadIdx.x; i < k; i += 32 * warps) {
             sg.normed[i] = load_w(sg.norm, sg.norm_dt, i) * (x[i] * r);
         }
     }

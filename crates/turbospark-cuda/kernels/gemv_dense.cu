@@ -1,6 +1,7 @@
 // Dense weights (f32, bf16, f16): the layout in gemv_common.cuh; the
 // `_x1` variants can read x through a fused norm (staged in shared memory,
-// persistent blocks).
+// persistent blocks). At the end, the streamed one-row kernels, whose
+// weights come through a shared-memory ring.
 
 // A dense dtype's 8-value chunk: WORDS 16-byte words, fetched raw and
 // widened exactly to f32 when used.
@@ -229,6 +230,26 @@ __device__ __forceinline__ void gemv_dense_rows(const GemvSegs& sg, const GemvRo
     gemv_store<NX>(sg, acc, bias_dt, e, job, nx, g, r, accumulate);
 }
 
+// A fused norm's x (one row, k a multiple of 8): the first `threads`
+// threads of the block stage w_norm · x into xs (shared memory, k floats)
+// and return their parts of Σ x² (norm_part, norm_factor).
+__device__ __forceinline__ float stage_normed_x(const GemvSegs& sg, const float* x, u32 k,
+                                                float* xs, u32 threads) {
+    float ss = 0.0f;
+    for (u32 c = threadIdx.x; c < k / 8; c += threads) {
+        const float4 a = ((const float4*)x)[2 * c], b = ((const float4*)x)[2 * c + 1];
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float nw[8];
+        load_w8(sg.norm, sg.norm_dt, 8 * c, nw);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            ss += v[i] * v[i];
+            xs[8 * c + i] = nw[i] * v[i];
+        }
+    }
+    return ss;
+}
+
 template <int NX, int DT>
 __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, int bias_dt,
                                            const int* experts, u32 nx, u32 x_div, u32 k,
@@ -263,21 +284,9 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
         extern __shared__ uint4 shared_x[];
         __shared__ float parts[8];
         float* xs = (float*)shared_x;
-        float ss = 0.0f;
-        for (u32 c = threadIdx.x; c < k / 8; c += blockDim.x) {
-            const float4 a = ((const float4*)xb)[2 * c], b = ((const float4*)xb)[2 * c + 1];
-            const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            float nw[8];
-            load_w8(sg.norm, sg.norm_dt, 8 * c, nw);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                ss += v[i] * v[i];
-                xs[8 * c + i] = nw[i] * v[i];
-            }
-        }
-        norm_part(ss, parts);
+        norm_part(stage_normed_x(sg, xb, k, xs, blockDim.x), parts);
         __syncthreads();  // xs and the parts complete
-        r = norm_factor(sg, parts, k, xb);
+        r = norm_factor(sg, parts, blockDim.x >> 5, k, xb);
         xb = xs;
     }
     u32 rows = 0;
@@ -297,3 +306,199 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
 GEMV_KERNELS(gemv_f32, gemv_dense, DT_F32, 4)
 GEMV_KERNELS(gemv_bf16, gemv_dense, DT_BF16, 4)
 GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)
+
+// Streamed one-row GEMVs (`gemv_*_stream`: decode, bf16/f16 weights, one
+// job, no experts; src/gemv.rs takes them for launches long enough to
+// pay). A kernel boundary ends the weight stream of the kernels above: the
+// next GEMV's loads start only once its blocks hold an SM and have passed
+// the PDL wait, so every launch pays a ramp and a tail (ncu: a third of a
+// short GEMV's cycles hold no warps). Here one warp a block (the producer,
+// warp GS_WARPS) copies the block's weight rows into a ring of
+// shared-memory stages with bulk asynchronous copies (cp.async.bulk,
+// completing on an mbarrier), starting BEFORE the PDL wait: the weights do
+// not depend on the previous kernel, so the ring fills while it drains (a
+// block takes at most half an SM's shared memory, so it fits beside the
+// previous kernel's). The GS_WARPS consumer warps wait for the previous
+// kernel, stage x (or w_norm · x) in shared memory, then read the stages.
+// A stage is a tile of GS_WARPS rows × kc values, one bulk copy a row (by
+// the producer's lane of that row): warp w takes row w, its lanes 8 values
+// at a time, and releases the stage on a second mbarrier so that the
+// producer refills it. Block b takes the virtual rows [b·V/B, (b+1)·V/B)
+// of the launch's V (in pairs for a glu launch, whose gate and up rows
+// interleave: seg_of), tile by tile; each row's sum goes to shared memory,
+// and the block writes its outputs at the end as gemv_store does (bias,
+// norm factor, residual add, activation). A lane's 8-value dots run in
+// ascending order over the row and the warp tree sums the lanes: the order
+// of gemv_dense_rows with one warp a row when kc is a multiple of 256.
+#define GS_WARPS 8
+#define GS_THREADS (32 * (GS_WARPS + 1))
+#define GS_MAX_STAGES 16
+
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+}
+
+// One arrival that also expects `bytes` of asynchronous copies.
+__device__ __forceinline__ void mbar_expect(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
+// to shared memory, completing on `bar`.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+
+// The consumer warps' barrier (the producer does not take part).
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"r"(GS_WARPS * 32) : "memory");
+}
+
+// Dynamic shared memory (src/gemv.rs sizes it): the ring (`stages` tiles
+// of GS_WARPS · kc values), then x or w_norm · x (k floats), then the
+// block's row sums.
+template <int DT>
+__device__ __forceinline__ void gemv_stream(const GemvSegs& sg, const float* x, int bias_dt, u32 k,
+                                            u32 kc, u32 stages) {
+    extern __shared__ uint4 shared_x[];
+    __shared__ u64 full[GS_MAX_STAGES], empty[GS_MAX_STAGES];
+    __shared__ float parts[GS_WARPS];
+    constexpr u32 SZ = Wt<DT>::SIZE;
+    const u32 tile = GS_WARPS * kc * SZ;  // bytes a stage
+    u8* ring = (u8*)shared_x;
+    float* xs = (float*)(ring + stages * tile);
+    float* res = xs + k;
+    const bool pairs = glu_segs(sg);
+    u32 rows = 0;
+#pragma unroll
+    for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
+        if (i < sg.count) rows += pick(sg.m, i);
+    }
+    const u32 unit = pairs ? 2 : 1, units = rows / unit;
+    const u32 v0 = (u32)((u64)blockIdx.y * units / gridDim.y) * unit;
+    const u32 n = (u32)((u64)(blockIdx.y + 1) * units / gridDim.y) * unit - v0;
+    const u32 chunks = (k + kc - 1) / kc, groups = (n + GS_WARPS - 1) / GS_WARPS;
+    const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    if (threadIdx.x == 0) {
+        for (u32 s = 0; s < stages; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], GS_WARPS);
+        }
+        // The copy engine (the async proxy) must see the initialised barriers.
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == GS_WARPS) {
+        // The producer warp: stage i is tile i / chunks (GS_WARPS rows)
+        // and chunk i % chunks of them, in slot i % stages, which it
+        // refills once every consumer warp has released the stage before.
+        // Lane w copies row w of each tile: one thread issuing every copy
+        // (address arithmetic and all) could not keep the ring full.
+        for (u32 g = 0; g < groups; g++) {
+            const u32 nr = min((u32)GS_WARPS, n - g * GS_WARPS);
+            const u8* src = nullptr;
+            if (lane < nr) {
+                u32 seg = 0, r = 0;
+                seg_of(sg, v0 + g * GS_WARPS + lane, 1, seg, r);
+                src = (const u8*)pick(sg.w, seg) + (u64)r * k * SZ;
+            }
+            for (u32 c = 0; c < chunks; c++) {
+                const u32 i = g * chunks + c, slot = i % stages;
+                if (i >= stages) mbar_wait(&empty[slot], (i / stages - 1) & 1u);
+                const u32 c0 = c * kc, len = min(kc, k - c0);
+                if (lane == 0) mbar_expect(&full[slot], nr * len * SZ);
+                __syncwarp();  // the expected bytes before any copy completes
+                if (lane < nr) {
+                    bulk_copy(ring + slot * tile + lane * kc * SZ, src + c0 * SZ, len * SZ,
+                              &full[slot]);
+                }
+            }
+        }
+        return;
+    }
+    pdl_enter();
+    // x (or w_norm · x) in shared memory: every warp reads all of it, and
+    // beside the ring little of L1 is left to hold it.
+    float rf = 1.0f;
+    if (sg.norm) {
+        norm_part(stage_normed_x(sg, x, k, xs, GS_WARPS * 32), parts);
+        consumers_sync();  // xs and the parts complete
+        rf = norm_factor(sg, parts, GS_WARPS, k, x);
+    } else {
+        for (u32 c = threadIdx.x; c < k / 4; c += GS_WARPS * 32) {
+            ((float4*)xs)[c] = ((const float4*)x)[c];
+        }
+        consumers_sync();
+    }
+    const float* xb = xs;
+    for (u32 g = 0; g < groups; g++) {
+        const u32 v = g * GS_WARPS + warp;  // this warp's row of the tile
+        float acc = 0.0f;
+        for (u32 c = 0; c < chunks; c++) {
+            const u32 i = g * chunks + c, slot = i % stages;
+            mbar_wait(&full[slot], (i / stages) & 1u);
+            if (v < n) {
+                const u32 c0 = c * kc, vecs = min(kc, k - c0) / 8;
+                const uint4* wr = (const uint4*)(ring + slot * tile + warp * kc * SZ);
+#pragma unroll 4
+                for (u32 u = lane; u < vecs; u += 32) {
+                    float wv[8];
+                    Wt<DT>::widen(&wr[u], wv);
+                    acc += dot8(wv, xb + c0 + 8 * u);
+                }
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[slot]);
+        }
+        if (v < n) {
+            acc = warp_sum(acc);
+            if (lane == 0) res[v] = acc;
+        }
+    }
+    consumers_sync();  // every row's sum in res
+    for (u32 v = threadIdx.x * unit; v < n; v += GS_WARPS * 32 * unit) {
+        u32 seg = 0, r = 0;
+        seg_of(sg, v0 + v, 1, seg, r);
+        if (pairs) {
+            // Gate row r (segment 0) and up row r (segment 1).
+            const float gv = out_value(res[v], rf, sg.bias[0], bias_dt, r);
+            const float uv = out_value(res[v + 1], rf, sg.bias[1], bias_dt, r);
+            sg.out[0][r] = glu_value(sg, gv, uv);
+        } else {
+            store_out(&pick(sg.out, seg)[r], res[v], rf, pick(sg.bias, seg), bias_dt, r,
+                      sg.accumulate != 0);
+        }
+    }
+}
+
+#define GEMV_STREAM_KERNEL(name, DT)                                                             \
+    extern "C" __global__ void __launch_bounds__(GS_THREADS, 2)                                  \
+        name(GemvSegs sg, const float* x, int bias_dt, u32 k, u32 kc, u32 stages) {              \
+        gemv_stream<DT>(sg, x, bias_dt, k, kc, stages); /* consumers call pdl_enter */           \
+    }
+GEMV_STREAM_KERNEL(gemv_bf16_stream, DT_BF16)
+GEMV_STREAM_KERNEL(gemv_f16_stream, DT_F16)

@@ -586,7 +586,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     __shared__ float parts[8];
     if (sg.norm) norm_part(ss, parts);
     __syncthreads();  // the codes (and the norm's parts) complete
-    const float r = sg.norm ? norm_factor(sg, parts, k, xr) : 1.0f;
+    const float r = sg.norm ? norm_factor(sg, parts, blockDim.x >> 5, k, xr) : 1.0f;
     // Persistent: this block takes blocks of work blockIdx.y, + gridDim.y,
     // ... of the job, reusing the rounded x (the same count for every warp
     // of the block, so the exchange in grouped_store stays in step).

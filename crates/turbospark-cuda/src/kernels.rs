@@ -89,7 +89,10 @@ kernels! {
     "elementwise.cu" => [embed, add_inplace, scale_inplace, softcap_inplace, glu, add_bias],
     "norm.cu" => [rms_norm],
     "rope_kv.cu" => [rope_kv_write],
-    "gemv_dense.cu" => [gemv_f32, gemv_bf16, gemv_f16, gemv_f32_x1, gemv_bf16_x1, gemv_f16_x1],
+    "gemv_dense.cu" => [
+        gemv_f32, gemv_bf16, gemv_f16, gemv_f32_x1, gemv_bf16_x1, gemv_f16_x1, gemv_bf16_stream,
+        gemv_f16_stream,
+    ],
     "gemv_grouped.cu" => [
         gemv_mxfp4, gemv_q8, gemv_q4, gemv_mxfp4_x1, gemv_q8_x1, gemv_q4_x1,
         gemv_mxfp4_qx, gemv_q8_qx, gemv_q4_qx,

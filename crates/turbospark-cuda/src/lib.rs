@@ -137,6 +137,11 @@ pub struct Cuda {
     /// Launch kernels allowing programmatic dependent launch (sm_90+,
     /// unless `TURBOSPARK_CUDA_PDL=0`; see `kernels::launch`).
     pdl: bool,
+    /// Take the streamed GEMV kernels where they apply (unless
+    /// `TURBOSPARK_CUDA_STREAM=0`; see `gemv::stream_shared`).
+    stream_gemv: bool,
+    /// sm_90+: bulk asynchronous copies and mbarrier transactions.
+    bulk_copies: bool,
 }
 
 impl Cuda {
@@ -171,6 +176,12 @@ impl Cuda {
         let sm_count =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let k = kernels::Kernels::load(&ctx, &arch)?;
+        for f in [&k.gemv_bf16_stream, &k.gemv_f16_stream] {
+            f.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                gemv::STREAM_MAX_SHARED as i32,
+            )?;
+        }
         // One stream and no cross-stream hazards: cudarc's per-buffer event
         // tracking would only add two events to every allocation.
         // SAFETY: every buffer is used on `stream` only.
@@ -202,6 +213,9 @@ impl Cuda {
             arch,
             name,
             pdl: major >= 9 && std::env::var("TURBOSPARK_CUDA_PDL").map_or(true, |v| v != "0"),
+            stream_gemv: major >= 9
+                && std::env::var("TURBOSPARK_CUDA_STREAM").map_or(true, |v| v != "0"),
+            bulk_copies: major >= 9,
         })
     }
 
@@ -240,6 +254,13 @@ impl Cuda {
     /// Sets the operand precision of the prefill paths (before any work).
     pub fn set_precision(&mut self, p: Precision) {
         self.precision = p;
+    }
+
+    /// Whether one-row bf16/f16 GEMVs may take the streamed kernels (on by
+    /// default on sm_90+ unless `TURBOSPARK_CUDA_STREAM=0`; tests compare
+    /// both ways). Set before recording a graph.
+    pub fn set_stream_gemv(&mut self, on: bool) {
+        self.stream_gemv = on && self.bulk_copies;
     }
 
     pub fn precision(&self) -> Precision {

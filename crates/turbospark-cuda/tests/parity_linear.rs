@@ -305,6 +305,95 @@ fn linear_add_accumulates_the_product() {
     }
 }
 
+/// The streamed one-row GEMVs (bf16/f16 weights copied to a shared-memory
+/// ring by bulk copies; kernels/gemv_dense.cu) with every edge they serve,
+/// streamed and not (`set_stream_gemv`), against the CPU: a plain linear
+/// and one into the residual stream (bias, residual add), three segments
+/// read through a norm (normed row written), and a gate/up pair with each
+/// activation. The shapes give an H200's blocks (132 SMs) the 12 stages
+/// of 2,048 values a block that the streamed kernel is taken for
+/// (src/gemv.rs), with rows cut into stages every way: 4,104 (two whole
+/// stages and 8 values), 2,100 (a short last stage), 2,880 (gpt-oss).
+#[test]
+fn streamed_gemvs_equal_the_cpus() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng(29);
+    for stream in [true, false] {
+        g.set_stream_gemv(stream);
+        for dt in [DType::BF16, DType::F16] {
+            let what = |op: &str, k: usize| format!("streamed={stream} {op} {dt:?} k={k}");
+            for (k, m) in [(4104, 3500), (2100, 6001)] {
+                let w = weight(&g, &rng.vec(m * k, 0.5), &[m, k], dt);
+                linear_case(&g, &mut rng, &w, 1, Some(DType::BF16), &what("linear", k));
+                let b = weight(&g, &rng.vec(m, 1.0), &[m], DType::F32);
+                let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+                let before = rng.vec(m, 3.0);
+                let (mut c, mut acc) = tensors(&g, &before, 1, m);
+                Cpu.linear_add(&cx, &w.0, Some(&b.0), &mut c);
+                g.linear_add(&gx, &w.1, Some(&b.1), &mut acc);
+                check(
+                    &what("linear_add", k),
+                    &g,
+                    &acc,
+                    &c,
+                    linear_tol(&g, &w.1, 1),
+                );
+            }
+            let k = 2880;
+            let ms = [4097, 1031, 1031];
+            let ws: Vec<Pair> = ms
+                .iter()
+                .map(|&m| weight(&g, &rng.vec(m * k, 0.5), &[m, k], dt))
+                .collect();
+            let biases: Vec<Option<Pair>> = ms
+                .iter()
+                .enumerate()
+                .map(|(i, &m)| (i != 1).then(|| weight(&g, &rng.vec(m, 1.0), &[m], DType::BF16)))
+                .collect();
+            let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+            let (cx, gx) = tensors(&g, &rng.vec(k, 3.0), 1, k);
+            let mut normed = Cpu.tensor(1, k);
+            Cpu.rms_norm(&cx, &cn, 1e-5, &mut normed);
+            let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(1, m)).collect();
+            let mut g_normed = g.tensor(1, k);
+            g.rms_norm_linears(
+                &gx,
+                &gn,
+                1e-5,
+                &gpu_parts(&ws, &biases),
+                &mut outs.iter_mut().collect::<Vec<_>>(),
+                Some(&mut g_normed),
+            );
+            check(&what("normed", k), &g, &g_normed, &normed, F32_TOL);
+            check_parts(
+                &g,
+                &normed,
+                &ws,
+                &biases,
+                &outs,
+                &what("rms_norm_linears", k),
+            );
+            let (k, m) = (2100, 3001);
+            let (ws, biases) = (
+                [0, 1].map(|_| weight(&g, &rng.vec(m * k, 0.5), &[m, k], dt)),
+                weight(&g, &rng.vec(m, 1.0), &[m], DType::BF16),
+            );
+            let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+            for act in [Activation::Silu, Activation::GeluTanh] {
+                let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+                let mut c = Cpu.tensor(1, m);
+                let (gate, up) = ((&ws[0].0, Some(&biases.0)), (&ws[1].0, None));
+                Cpu.rms_norm_glu(&cx, &cn, 1e-5, gate, up, act, &mut c);
+                let mut o = g.tensor(1, m);
+                let (gate, up) = ((&ws[0].1, Some(&biases.1)), (&ws[1].1, None));
+                g.rms_norm_glu(&gx, &gn, 1e-5, gate, up, act, &mut o);
+                let tol = 2.0 * gemv_tol(&g, &ws[0].1, 1);
+                check(&what(&format!("rms_norm_glu {act:?}"), k), &g, &o, &c, tol);
+            }
+        }
+    }
+}
+
 /// One layer's experts `[experts, 2·width, hidden]` / `[experts, hidden,
 /// width]` on both backends, with a bf16 gate_up bias and an f32 down bias
 /// when `biases`. MXFP4 experts get scales 2^−5 ..= 2^−4: outputs of a
