@@ -265,6 +265,22 @@ __device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, 
     return d;
 }
 
+// The warps that exchange partial sums in grouped_store: a row quad's W
+// warps, and with GLU_SEGS the neighbouring gate and up quads' (2·W). They
+// meet at a barrier of their own (named barrier 1 + team), not the
+// block's: a block-wide barrier each turn would hold every warp to the
+// slowest warp's loads, and the warps' loads are what keeps DRAM busy.
+__device__ __forceinline__ u32 team_warps(const GemvSegs& sg, u32 wpr) {
+    return glu_segs(sg) ? 2 * wpr : wpr;
+}
+
+__device__ __forceinline__ void team_sync(const GemvSegs& sg, u32 wpr) {
+    const u32 t = team_warps(sg, wpr);
+    if (t > 1) {
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + (threadIdx.x >> 5) / t), "r"(32 * t) : "memory");
+    }
+}
+
 // Sums each row's partials over the lanes, then over the quad's W warps in
 // warp order, and stores them (with the bias) from the quad's first lane;
 // a glu launch's quad is two (gate, up) pairs, whose activations it writes.
@@ -286,7 +302,7 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
                 for (u32 t = 0; t < NX; t++) part_sum[d.warp][i][t] = acc[i][t];
             }
         }
-        __syncthreads();
+        team_sync(sg, wpr);
         if (d.part == 0) {
 #pragma unroll
             for (int i = 0; i < GR; i++) {
@@ -314,7 +330,7 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
                 pair[slot][i] = out_value(acc[i][0], r, d.bias, bias_dt, d.e * d.m + row);
             }
         }
-        __syncthreads();
+        team_sync(sg, wpr);
         if (!first || (slot & 1u)) return;
 #pragma unroll
         for (int i = 0; i < GR; i++) {
@@ -650,7 +666,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
             }
         }
         grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, sg.accumulate != 0);
-        if (wpr > 1 || sg.glu) __syncthreads();  // the next turn rewrites the exchanges
+        team_sync(sg, wpr);  // the next turn rewrites the team's exchanges
     }
 }
 

@@ -299,11 +299,11 @@ pub(crate) fn launch_gemv(
     }
     table.accumulate = edges.accumulate.into();
     // The most warps a row: each warp's part of a row stays long enough to
-    // keep its loads streaming (qx_warps_cap, dense_warps_cap); a glu
+    // keep its loads streaming (QX_WARPS_PER_ROW, dense_warps_cap); a glu
     // launch's pairs meet in one block, so a dense one keeps an even number
     // of rows a block.
     let mut max_wpr = if qx {
-        qx_warps_cap(j.k)
+        QX_WARPS_PER_ROW
     } else {
         dense_warps_cap(j.k)
     };
@@ -484,17 +484,13 @@ fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32
     (shared <= STREAM_MAX_SHARED).then_some(shared)
 }
 
-/// Groups a lane of an integer-activation GEMV has in flight
-/// (`QX_UNROLL` in kernels/gemv_grouped.cu).
-const QX_UNROLL: u32 = 2;
-
-/// Most warps per row quad of an integer-activation GEMV with rows of `k`
-/// values: its lanes take whole 32-value groups, [`QX_UNROLL`] at a time,
-/// so more warps than a row's groups fill that way would idle.
-fn qx_warps_cap(k: u32) -> u32 {
-    let fill = (k / 32 / (32 * QX_UNROLL)).max(1);
-    1 << fill.ilog2()
-}
+/// Warps a row quad of an integer-activation GEMV takes: one, so that each
+/// warp streams whole rows with no exchange between warps, even where that
+/// leaves resident slots idle (Llama-8B's q+k+v, 6,144 rows: 192 blocks of
+/// 264). Measured on the H200 in one process against up to two warps a
+/// quad for 4,096-value rows and four for 14,336 (the geometry's choice):
+/// Llama-8B int4 346 → 361 tok/s, int8 254 → 261.
+const QX_WARPS_PER_ROW: u32 = 1;
 
 /// Values of a row each warp of a dense persistent GEMV takes at least:
 /// two of its steps (a step is 32 lanes × 4 loads × 8 values), so that
@@ -590,21 +586,6 @@ mod tests {
         // each: 180 blocks in two turns of 90 (68%), 360 in three of 120
         // (91%).
         assert_eq!(persistent_geometry(resident, 4, 5_760, 4, 8), (2, 120));
-    }
-
-    #[test]
-    fn integer_activation_warps_stay_within_a_rows_groups() {
-        // A warp's lanes take 32 groups a step, two steps at a time.
-        // gpt-oss rows (2,880 values = 90 groups) and anything up to 127
-        // groups: one warp a row quad.
-        assert_eq!(qx_warps_cap(2_880), 1);
-        assert_eq!(qx_warps_cap(32), 1);
-        // Llama-8B's 4,096 (128 groups): two; the down projection's
-        // 14,336 (448 groups, 7 batches): four, not seven.
-        assert_eq!(qx_warps_cap(4_096), 2);
-        assert_eq!(qx_warps_cap(14_336), 4);
-        // Wide rows leave warps_per_row's choice (at most 8) alone.
-        assert_eq!(qx_warps_cap(65_536), 32);
     }
 
     #[test]
