@@ -299,11 +299,11 @@ pub(crate) fn launch_gemv(
     }
     table.accumulate = edges.accumulate.into();
     // The most warps a row: each warp's part of a row stays long enough to
-    // keep its loads streaming (QX_WARPS_PER_ROW, dense_warps_cap); a glu
-    // launch's pairs meet in one block, so a dense one keeps an even number
-    // of rows a block.
+    // keep its loads streaming (qx_warps_cap, dense_warps_cap; qx_max_wpr
+    // below); a glu launch's pairs meet in one block, so a dense one keeps
+    // an even number of rows a block.
     let mut max_wpr = if qx {
-        QX_WARPS_PER_ROW
+        qx_warps_cap(j.k)
     } else {
         dense_warps_cap(j.k)
     };
@@ -413,6 +413,10 @@ pub(crate) fn launch_gemv(
         .occupancy_max_active_blocks_per_multiprocessor(threads, shared as usize, None)
         .unwrap_or_else(|e| panic!("CUDA: occupancy query: {e}"));
     let resident = per_sm.max(1) * be.sm_count;
+    if qx {
+        let blocks_at_one = gemv_blocks(rows, 1, per_warp).saturating_mul(j.jobs);
+        max_wpr = qx_max_wpr(max_wpr, blocks_at_one, resident);
+    }
     let (wpr, grid_y) = persistent_geometry(resident, j.jobs, rows, per_warp, max_wpr);
     be.launch_shared(f, (j.jobs, grid_y, 1), threads, shared, &args(wpr));
 }
@@ -484,13 +488,32 @@ fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32
     (shared <= STREAM_MAX_SHARED).then_some(shared)
 }
 
-/// Warps a row quad of an integer-activation GEMV takes: one, so that each
-/// warp streams whole rows with no exchange between warps, even where that
-/// leaves resident slots idle (Llama-8B's q+k+v, 6,144 rows: 192 blocks of
-/// 264). Measured on the H200 in one process against up to two warps a
-/// quad for 4,096-value rows and four for 14,336 (the geometry's choice):
-/// Llama-8B int4 346 → 361 tok/s, int8 254 → 261.
-const QX_WARPS_PER_ROW: u32 = 1;
+/// Groups a lane of an integer-activation GEMV has in flight
+/// (`QX_UNROLL` in kernels/gemv_grouped.cu).
+const QX_UNROLL: u32 = 2;
+
+/// Most warps per row quad of an integer-activation GEMV with rows of `k`
+/// values: its lanes take whole 32-value groups, [`QX_UNROLL`] at a time,
+/// so more warps than a row's groups fill that way would idle.
+fn qx_warps_cap(k: u32) -> u32 {
+    let fill = (k / 32 / (32 * QX_UNROLL)).max(1);
+    1 << fill.ilog2()
+}
+
+/// Most warps per row quad of an integer-activation launch that would
+/// take `blocks_at_one` blocks of work at one warp a quad, `resident`
+/// blocks fitting at once, given the row's cap: one where that is more
+/// than one turn of the resident blocks (each warp then streams whole
+/// rows with no exchange between warps, and every slot stays busy
+/// anyway), else the cap, so that a launch of one turn (q+k+v, o, down)
+/// keeps more of the slots busy. Measured on the H200 in one process
+/// (Llama-8B): against the geometry's choice everywhere, one warp for the
+/// many-turn gate/up gave int4 346 → 361 tok/s and int8 254 → 261; against
+/// one warp everywhere, the cap for one-turn launches gave int4 357 → 364
+/// and int8 240 → 263 (another machine).
+fn qx_max_wpr(cap: u32, blocks_at_one: u32, resident: u32) -> u32 {
+    if blocks_at_one > resident { 1 } else { cap }
+}
 
 /// Values of a row each warp of a dense persistent GEMV takes at least:
 /// two of its steps (a step is 32 lanes × 4 loads × 8 values), so that
@@ -586,6 +609,51 @@ mod tests {
         // each: 180 blocks in two turns of 90 (68%), 360 in three of 120
         // (91%).
         assert_eq!(persistent_geometry(resident, 4, 5_760, 4, 8), (2, 120));
+    }
+
+    #[test]
+    fn integer_activation_warps_stay_within_a_rows_groups() {
+        // A warp's lanes take 32 groups a step, two steps at a time.
+        // gpt-oss rows (2,880 values = 90 groups) and anything up to 127
+        // groups: one warp a row quad.
+        assert_eq!(qx_warps_cap(2_880), 1);
+        assert_eq!(qx_warps_cap(32), 1);
+        // Llama-8B's 4,096 (128 groups): two; the down projection's
+        // 14,336 (448 groups, 7 batches): four, not seven.
+        assert_eq!(qx_warps_cap(4_096), 2);
+        assert_eq!(qx_warps_cap(14_336), 4);
+        // Wide rows leave warps_per_row's choice (at most 8) alone.
+        assert_eq!(qx_warps_cap(65_536), 32);
+    }
+
+    /// Llama-8B int4 on an H200 (2 blocks an SM, 264 resident): gate/up
+    /// (28,672 rows: 896 blocks of 8 quads) takes several turns, one warp
+    /// a quad; q+k+v (192 blocks), o (128) and down (128) take one turn
+    /// and keep the row's cap.
+    #[test]
+    fn integer_activation_launches_of_many_turns_take_one_warp_a_quad() {
+        let resident = 264;
+        assert_eq!(
+            qx_max_wpr(qx_warps_cap(4_096), gemv_blocks(28_672, 1, 4), resident),
+            1
+        );
+        assert_eq!(
+            qx_max_wpr(qx_warps_cap(4_096), gemv_blocks(6_144, 1, 4), resident),
+            2
+        );
+        assert_eq!(
+            qx_max_wpr(qx_warps_cap(4_096), gemv_blocks(4_096, 1, 4), resident),
+            2
+        );
+        assert_eq!(
+            qx_max_wpr(qx_warps_cap(14_336), gemv_blocks(4_096, 1, 4), resident),
+            4
+        );
+        // Four MXFP4 expert jobs of gpt-oss (5,760 rows, 2,880 values).
+        assert_eq!(
+            qx_max_wpr(qx_warps_cap(2_880), 4 * gemv_blocks(5_760, 1, 4), resident),
+            1
+        );
     }
 
     #[test]
