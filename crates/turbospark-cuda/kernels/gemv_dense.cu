@@ -334,6 +334,10 @@ GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)
 #define GS_THREADS (32 * (GS_WARPS + 1))
 #define GS_MAX_STAGES 16
 
+// The streamed kernels use sm_90's bulk copies and mbarrier transactions;
+// below sm_90 they compile to a trap and are never launched (src/lib.rs
+// enables them from sm_90 on).
+#if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
                  : "memory");
@@ -494,11 +498,17 @@ __device__ __forceinline__ void gemv_stream(const GemvSegs& sg, const float* x, 
         }
     }
 }
+#endif  // __CUDA_ARCH__ >= 900
 
+#if __CUDA_ARCH__ >= 900
+#define GEMV_STREAM_BODY(DT) gemv_stream<DT>(sg, x, bias_dt, k, kc, stages); /* consumers: pdl_enter */
+#else
+#define GEMV_STREAM_BODY(DT) __trap();
+#endif
 #define GEMV_STREAM_KERNEL(name, DT)                                                             \
     extern "C" __global__ void __launch_bounds__(GS_THREADS, 2)                                  \
         name(GemvSegs sg, const float* x, int bias_dt, u32 k, u32 kc, u32 stages) {              \
-        gemv_stream<DT>(sg, x, bias_dt, k, kc, stages); /* consumers call pdl_enter */           \
+        GEMV_STREAM_BODY(DT)                                                                     \
     }
 GEMV_STREAM_KERNEL(gemv_bf16_stream, DT_BF16)
 GEMV_STREAM_KERNEL(gemv_f16_stream, DT_F16)

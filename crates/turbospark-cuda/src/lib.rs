@@ -140,7 +140,8 @@ pub struct Cuda {
     /// Take the streamed GEMV kernels where they apply (unless
     /// `TURBOSPARK_CUDA_STREAM=0`; see `gemv::stream_shared`).
     stream_gemv: bool,
-    /// sm_90+: bulk asynchronous copies and mbarrier transactions.
+    /// The streamed GEMVs can run: sm_90+ (bulk asynchronous copies and
+    /// mbarrier transactions) with their shared memory to opt into.
     bulk_copies: bool,
 }
 
@@ -176,11 +177,19 @@ impl Cuda {
         let sm_count =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let k = kernels::Kernels::load(&ctx, &arch)?;
-        for f in [&k.gemv_bf16_stream, &k.gemv_f16_stream] {
-            f.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                gemv::STREAM_MAX_SHARED as i32,
-            )?;
+        // The streamed GEMVs: sm_90's bulk copies, and a block's share of
+        // shared memory beyond the default 48 KB.
+        let optin = ctx.attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?;
+        let bulk_copies = major >= 9 && optin >= gemv::STREAM_MAX_SHARED as i32;
+        if bulk_copies {
+            for f in [&k.gemv_bf16_stream, &k.gemv_f16_stream] {
+                f.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    gemv::STREAM_MAX_SHARED as i32,
+                )?;
+            }
         }
         // One stream and no cross-stream hazards: cudarc's per-buffer event
         // tracking would only add two events to every allocation.
@@ -213,9 +222,9 @@ impl Cuda {
             arch,
             name,
             pdl: major >= 9 && std::env::var("TURBOSPARK_CUDA_PDL").map_or(true, |v| v != "0"),
-            stream_gemv: major >= 9
+            stream_gemv: bulk_copies
                 && std::env::var("TURBOSPARK_CUDA_STREAM").map_or(true, |v| v != "0"),
-            bulk_copies: major >= 9,
+            bulk_copies,
         })
     }
 
