@@ -4,8 +4,9 @@
 //! norm, a residual add), the kernel for a weight format, and the launch
 //! geometry (warps per row and persistent grids that keep the resident
 //! blocks busy), and which one-row launches take the streamed kernels
-//! (weights through a shared-memory ring filled before the PDL wait). The MoE layer's per-token jobs launch through
-//! [`gemv`]. It must not synchronise with the host.
+//! (weights through a shared-memory ring filled before the PDL wait). The
+//! MoE layer's per-token jobs launch through [`gemv`]. It must not
+//! synchronise with the host.
 
 use turbospark_backend::Quant;
 use turbospark_format::{Activation, ExpertAct};
