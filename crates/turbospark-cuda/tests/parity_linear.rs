@@ -62,7 +62,9 @@ fn linear_dense_formats_in_both_regimes() {
 /// In both precisions: one row of x takes the integer-activation kernels
 /// in `Bf16`, the f32 ones in `F32`. 40,000 rows are more blocks of work
 /// than fit on an H200 at once, so the persistent integer-activation
-/// blocks take three turns each.
+/// blocks take three turns each; 12,000 rows of 4,096 take two turns of
+/// four steps a lane, so a lane's ring of copies runs across the end of a
+/// turn.
 #[test]
 fn linear_grouped_formats_in_both_regimes() {
     let Some(mut g) = gpu() else { return };
@@ -73,6 +75,7 @@ fn linear_grouped_formats_in_both_regimes() {
         (Precision::Bf16, 2880, 96),
         (Precision::Bf16, 14336, 40),
         (Precision::Bf16, 64, 40_000),
+        (Precision::Bf16, 4096, 12_000),
         (Precision::F32, 64, 70),
         (Precision::F32, 2880, 96),
     ] {
