@@ -183,6 +183,14 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
 // denominators summed at the end): equal up to f32 rounding.
 #define GQA_TILE_VALUES 4096
 
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 // The J values at `p` (16-byte aligned for J ≥ 4, 8-byte for J = 2).
 template <int J>
 __device__ __forceinline__ void load_j(const float* p, float* v) {

@@ -68,31 +68,6 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
 }
 
-// Asynchronous copies global -> shared (sm_80+): 16 bytes past L1 (.cg),
-// or 4 (.ca, the only kind that size allows). They are in flight until a
-// wait: all of them (`cp_async_wait_all`), or all but the newest N commit
-// groups of this thread (`cp_async_wait<N>`), which then sees their bytes.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem));
-}
-
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(smem)), "l"(gmem));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 // Element `i` of a dense weight of dtype `dt`, as f32 (small vectors: norm
 // weights, biases, sinks, embedding rows).
 __device__ __forceinline__ float load_w(const void* w, int dt, u64 i) {

@@ -65,7 +65,6 @@ __device__ __forceinline__ void fetch_group16(const u8* codes, u64 group, u32* w
 // `scale` returns half the E8M0 scale (exact: a power of two), so each
 // product is the same float.
 struct Mxfp4 {
-    static constexpr int RING = 4;  // steps in a lane's ring (gemv_grouped_qx_ring)
     typedef u32 Word;
     static constexpr int UNROLL = 4;
     static constexpr int GROUP_BYTES = 16;  // codes a group
@@ -122,14 +121,6 @@ struct Mxfp4 {
     static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
         return ((const u8*)scales)[group];
     }
-    // The scale's byte, and its value in the aligned 4-byte word holding
-    // it (`at` & 3 is its place there).
-    static __device__ __forceinline__ const u8* scale_at(const void* scales, u64 group) {
-        return (const u8*)scales + group;
-    }
-    static __device__ __forceinline__ Scale scale_in_word(u32 word, u64 at) {
-        return (word >> (8 * (at & 3u))) & 0xffu;
-    }
     // Half of e8m0(s): 2^(s − 128), exactly (s = 0 and 1 are the subnormals
     // 2^−128 and 2^−127; 255 stays inf, as e8m0 has it). Selects only.
     static __device__ __forceinline__ float value(Scale s) {
@@ -144,18 +135,11 @@ struct F32Scales {
     static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
         return ((const float*)scales)[group];
     }
-    static __device__ __forceinline__ const u8* scale_at(const void* scales, u64 group) {
-        return (const u8*)scales + 4 * group;
-    }
-    static __device__ __forceinline__ Scale scale_in_word(u32 word, u64) {
-        return __uint_as_float(word);
-    }
     static __device__ __forceinline__ float value(Scale s) { return s; }
 };
 
 // Int8 (weight-only --quant): 32 signed bytes a group, one f32 scale.
 struct Q8 : F32Scales {
-    static constexpr int RING = 2;  // steps in a lane's ring (gemv_grouped_qx_ring)
     typedef uint2 Word;
     static constexpr int UNROLL = 4;
     static constexpr int GROUP_BYTES = 32;  // codes a group
@@ -190,7 +174,6 @@ struct Q8 : F32Scales {
 // Int4 (weight-only --quant): 16 bytes a group of value + 8 codes (low
 // nibble first), one f32 scale.
 struct Q4 : F32Scales {
-    static constexpr int RING = 4;  // steps in a lane's ring (gemv_grouped_qx_ring)
     typedef u32 Word;
     static constexpr int UNROLL = 4;
     static constexpr int GROUP_BYTES = 16;  // codes a group
@@ -586,31 +569,6 @@ struct GroupWords {
     }
 };
 
-// Group q of a lane's GR rows: acc[i] += (scale_w · d) · Σ code_w · code_x.
-// Its x codes are read once; with a zero point (int4, MXFP4) the group's
-// sum takes ZERO · Σ x codes off.
-template <class F>
-__device__ __forceinline__ void qx_group(const GroupWords<F>& g, const typename F::XWord* xq,
-                                         const float* xd, u32 groups, u32 q, float (*acc)[1]) {
-    typename F::XWord xw[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) xw[j] = xq[j * groups + q];
-    const float xs = xd[q];
-    int xoff = 0;
-    if (F::ZERO) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) xoff = x_sum(xw[j], xoff);
-        xoff *= F::ZERO;
-    }
-#pragma unroll
-    for (int i = 0; i < GR; i++) {
-        int n = -xoff;
-#pragma unroll
-        for (int j = 0; j < 4; j++) n = F::dot_x(g.w[i][j], xw[j], n);
-        acc[i][0] += (F::value(g.s[i]) * xs) * F::to_float(n);
-    }
-}
-
 // Groups a lane has in flight at once (GR rows each).
 #define QX_UNROLL 2
 
@@ -660,7 +618,27 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         float acc[GR][1];
 #pragma unroll
         for (int i = 0; i < GR; i++) acc[i][0] = 0.0f;
-        auto group_at = [&](const GroupWords<F>& g, u32 q) { qx_group<F>(g, xq, xd, groups, q, acc); };
+        // Group q of the GR rows. Its x codes are read once; with a zero
+        // point (int4, MXFP4) the group's sum takes ZERO · Σ x codes off.
+        auto group_at = [&](const GroupWords<F>& g, u32 q) {
+            XWord xw[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) xw[j] = xq[j * groups + q];
+            const float xs = xd[q];
+            int xoff = 0;
+            if (F::ZERO) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) xoff = x_sum(xw[j], xoff);
+                xoff *= F::ZERO;
+            }
+#pragma unroll
+            for (int i = 0; i < GR; i++) {
+                int n = -xoff;
+#pragma unroll
+                for (int j = 0; j < 4; j++) n = F::dot_x(g.w[i][j], xw[j], n);
+                acc[i][0] += (F::value(g.s[i]) * xs) * F::to_float(n);
+            }
+        };
         if (d.r0 < d.m) {
             // The main loop runs while every lane's U steps lie in the row
             // (a count the warp shares, so its lanes never split between
@@ -692,162 +670,6 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     }
 }
 
-// The integer-activation GEMVs with each lane's weights streamed through
-// shared memory: a lane copies its own groups (the words GroupWords
-// fetches) with cp.async into a ring of F::RING steps and reads them back
-// itself, so the ring needs no barrier, only the lane's own waits. What it
-// buys over loads into registers:
-//  - the first RING - 1 steps are copied before the PDL wait (no experts),
-//    so the weights stream while the previous kernel ends and while the
-//    block rounds x, instead of after both;
-//  - RING - 1 steps stay in flight while a step is computed, across the
-//    ends of turns too, with no registers held for them.
-// Shared memory: the rounded x (as gemv_grouped_qx), then the ring: per
-// step and warp, the codes [GR rows][CH 16-byte chunks][32 lanes], then
-// the scales' 4-byte words [GR][32] (a word holds its MXFP4 byte).
-template <class F>
-struct QxRing {
-    static constexpr u32 CH = F::GROUP_BYTES / 16;
-    static constexpr u32 CODES = GR * CH * 32;    // uint4s a warp's step
-    static constexpr u32 SLOT = CODES + GR * 32 / 4;
-};
-
-// A lane's steps in a turn of its row quad: step s is group
-// part · 32 + lane + s · step, while any lane of the warp has one.
-__device__ __forceinline__ u32 qx_steps(const Quad& d, u32 groups, u32 step) {
-    const u32 first = d.part * 32;
-    return d.r0 < d.m && first < groups ? (groups - first + step - 1) / step : 0;
-}
-
-// The copying side of a lane's ring: where in the (turn, step) walk the
-// next copy is, RING - 1 steps ahead of the compute.
-template <class F>
-struct QxFeed {
-    const GemvSegs& sg;
-    const int* experts;
-    u32 k, wpr, work, groups, step;
-    Quad d;
-    u32 vb, s, n, slot;
-    __device__ __forceinline__ void at(u32 v) {
-        vb = v;
-        s = n = 0;
-        if (v < work) {
-            d = quad_of(sg, experts, k, wpr, v);
-            n = qx_steps(d, groups, step);
-        }
-    }
-    // Past turns with no step (quads beyond the last segment).
-    __device__ __forceinline__ void settle() {
-        while (s >= n && vb < work) at(vb + gridDim.y);
-    }
-    // Copies the next step into its slot (nothing past the end or the
-    // row's groups) as one commit group, and moves on.
-    __device__ __forceinline__ void issue(uint4* ring) {
-        const u32 q = d.part * 32 + d.lane + s * step;
-        if (vb < work && q < groups) {
-            uint4* base = ring + (slot * 8 + d.warp) * QxRing<F>::SLOT;
-#pragma unroll
-            for (int i = 0; i < GR; i++) {
-#pragma unroll
-                for (u32 c = 0; c < QxRing<F>::CH; c++) {
-                    cp_async16(&base[(i * QxRing<F>::CH + c) * 32 + d.lane],
-                               d.codes + (d.g0[i] + q) * F::GROUP_BYTES + 16 * c);
-                }
-                const u64 at = (u64)F::scale_at(d.scales, d.g0[i] + q);
-                cp_async4((u32*)(base + QxRing<F>::CODES) + i * 32 + d.lane,
-                          (const void*)(at & ~3ull));
-            }
-        }
-        cp_async_commit();
-        slot = slot + 1 == F::RING ? 0 : slot + 1;
-        s++;
-        settle();
-    }
-};
-
-// A whole group's codes as the format's words, from its 16-byte chunks.
-__device__ __forceinline__ void split_group(const uint4* v, u32* w) {
-    w[0] = v[0].x; w[1] = v[0].y; w[2] = v[0].z; w[3] = v[0].w;
-}
-
-__device__ __forceinline__ void split_group(const uint4* v, uint2* w) {
-    w[0] = make_uint2(v[0].x, v[0].y); w[1] = make_uint2(v[0].z, v[0].w);
-    w[2] = make_uint2(v[1].x, v[1].y); w[3] = make_uint2(v[1].z, v[1].w);
-}
-
-template <class F>
-__device__ __forceinline__ void gemv_grouped_qx_ring(const GemvSegs& sg, const float* x,
-                                                     int bias_dt, const int* experts, u32 nx,
-                                                     u32 x_div, u32 k, u32 wpr) {
-    typedef typename F::XWord XWord;
-    typedef QxRing<F> R;
-    extern __shared__ uint4 shared_x[];
-    XWord* xq = (XWord*)shared_x;
-    float* xd = (float*)(xq + k / 8);
-    uint4* ring = shared_x + (k / 8 * sizeof(XWord) + k / 32 * 4 + 15) / 16;
-    const u32 groups = k / 32, step = 32 * wpr;
-    u32 quads = 0;
-#pragma unroll
-    for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
-        if (i < sg.count) quads += (pick(sg.m, i) + GR - 1) / GR;
-    }
-    const u32 per_block = (blockDim.x >> 5) / wpr;
-    const u32 work = (quads + per_block - 1) / per_block;
-    QxFeed<F> feed{sg, experts, k, wpr, work, groups, step};
-    feed.slot = 0;
-    // Weights do not depend on the previous kernel, unless experts (which
-    // it writes) pick the rows.
-    auto prime = [&]() {
-        feed.at(blockIdx.y);
-        feed.settle();
-#pragma unroll
-        for (int p = 0; p < F::RING - 1; p++) feed.issue(ring);
-    };
-    if (experts == nullptr) prime();
-    pdl_enter();
-    if (experts != nullptr) prime();
-    const float* xr = x + (u64)(blockIdx.x / x_div) * k;
-    const float ss = quantize_x<F>(xr, k, xq, xd, sg);
-    __shared__ float parts[8];
-    if (sg.norm) norm_part(ss, parts);
-    __syncthreads();  // the codes (and the norm's parts) complete
-    const float r = sg.norm ? norm_factor(sg, parts, blockDim.x >> 5, k, xr) : 1.0f;
-    u32 slot = 0;
-    for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
-        const Quad d = quad_of(sg, experts, k, wpr, vb);
-        float acc[GR][1];
-#pragma unroll
-        for (int i = 0; i < GR; i++) acc[i][0] = 0.0f;
-        const u32 n = qx_steps(d, groups, step);
-        for (u32 s = 0; s < n; s++) {
-            // The copy RING - 1 steps ahead goes into the slot computed
-            // last; then this step's copies are waited for.
-            feed.issue(ring);
-            cp_async_wait<F::RING - 1>();
-            const u32 q = d.part * 32 + d.lane + s * step;
-            if (q < groups) {
-                const uint4* base = ring + (slot * 8 + d.warp) * R::SLOT;
-                const u32* words = (const u32*)(base + R::CODES);
-                GroupWords<F> g;
-#pragma unroll
-                for (int i = 0; i < GR; i++) {
-                    uint4 v[R::CH];
-#pragma unroll
-                    for (u32 c = 0; c < R::CH; c++) v[c] = base[(i * R::CH + c) * 32 + d.lane];
-                    split_group(v, g.w[i]);
-                    g.s[i] = F::scale_in_word(words[i * 32 + d.lane],
-                                              (u64)F::scale_at(d.scales, d.g0[i] + q));
-                }
-                qx_group<F>(g, xq, xd, groups, q, acc);
-            }
-            slot = slot + 1 == F::RING ? 0 : slot + 1;
-        }
-        grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, sg.accumulate != 0);
-        team_sync(sg, wpr);  // the next turn rewrites the team's exchanges
-    }
-    cp_async_wait_all();  // nothing is left in flight (only empty groups remain)
-}
-
 #define GEMV_QX_KERNEL(name, F, minb)                                                            \
     extern "C" __global__ void __launch_bounds__(256, minb) name(GEMV_ARGS) {                   \
         gemv_grouped_qx<F>(GEMV_PASS); /* calls pdl_enter */                                     \
@@ -857,12 +679,3 @@ __device__ __forceinline__ void gemv_grouped_qx_ring(const GemvSegs& sg, const f
 GEMV_QX_KERNEL(gemv_mxfp4_qx, Mxfp4, 2)
 GEMV_QX_KERNEL(gemv_q8_qx, Q8, 2)
 GEMV_QX_KERNEL(gemv_q4_qx, Q4, 2)
-
-#define GEMV_QXR_KERNEL(name, F, minb)                                                           \
-    extern "C" __global__ void __launch_bounds__(256, minb) name(GEMV_ARGS) {                   \
-        gemv_grouped_qx_ring<F>(GEMV_PASS); /* calls pdl_enter */                                \
-    }
-
-GEMV_QXR_KERNEL(gemv_mxfp4_qxr, Mxfp4, 2)
-GEMV_QXR_KERNEL(gemv_q8_qxr, Q8, 2)
-GEMV_QXR_KERNEL(gemv_q4_qxr, Q4, 2)

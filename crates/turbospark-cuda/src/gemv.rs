@@ -126,7 +126,7 @@ pub(crate) fn norm_prologue(be: &Cuda, w: &WeightData, k: u32) -> bool {
 /// kernels (kernels/gemv_grouped.cu): unless f32-level results are asked for, and
 /// while the rounded x fits in shared memory.
 fn qx_path(be: &Cuda, w: &WeightData, k: u32) -> bool {
-    be.precision() == Precision::Bf16 && grouped_qx_shared(be, w, k) <= be.qx_shared_limit()
+    be.precision() == Precision::Bf16 && grouped_qx_shared(w, k) <= MAX_DYNAMIC_SHARED
 }
 
 /// Launches the GEMV kernel for `w`'s format into `out`, `m` rows of W per
@@ -368,16 +368,13 @@ pub(crate) fn launch_gemv(
             (Dense::F16, true) => &k.gemv_f16_x1,
             (Dense::F16, false) => &k.gemv_f16,
         },
-        WeightData::Mxfp4 { .. } if qx && be.qx_ring => &k.gemv_mxfp4_qxr,
         WeightData::Mxfp4 { .. } if qx => &k.gemv_mxfp4_qx,
         WeightData::Mxfp4 { .. } if one => &k.gemv_mxfp4_x1,
         WeightData::Mxfp4 { .. } => &k.gemv_mxfp4,
         WeightData::Quantized { quant, .. } => match (quant, one, qx) {
-            (Quant::Int8, _, true) if be.qx_ring => &k.gemv_q8_qxr,
             (Quant::Int8, _, true) => &k.gemv_q8_qx,
             (Quant::Int8, true, false) => &k.gemv_q8_x1,
             (Quant::Int8, false, _) => &k.gemv_q8,
-            (Quant::Int4, _, true) if be.qx_ring => &k.gemv_q4_qxr,
             (Quant::Int4, _, true) => &k.gemv_q4_qx,
             (Quant::Int4, true, false) => &k.gemv_q4_x1,
             (Quant::Int4, false, _) => &k.gemv_q4,
@@ -409,7 +406,7 @@ pub(crate) fn launch_gemv(
     // persistent, so each block prepares x once. Dense ones without run
     // persistent too, for the geometry's sake.
     let shared = match (qx, edges.norm.is_some()) {
-        (true, _) => grouped_qx_shared(be, &w0.data, j.k),
+        (true, _) => grouped_qx_shared(&w0.data, j.k),
         (false, true) => 4 * j.k,
         (false, false) => 0,
     };
@@ -538,39 +535,15 @@ const MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
 
 /// Shared bytes of an integer-activation GEMV block for rows of `k`
 /// values: one code a value (int16 for MXFP4, int8 for int8/int4) and one
-/// f32 step per 32, then (from a 16-byte boundary) the ring of weights
-/// (`QxRing` in kernels/gemv_grouped.cu): [`qx_ring_steps`] steps of 8
-/// warps × 32 lanes × 4 rows, each a group's codes and a 4-byte scale word.
-pub(crate) fn grouped_qx_shared(be: &Cuda, w: &WeightData, k: u32) -> u32 {
-    let (code, group_bytes) = match w {
-        WeightData::Mxfp4 { .. } => (2, 16),
-        WeightData::Quantized {
-            quant: Quant::Int8, ..
-        } => (1, 32),
-        _ => (1, 16),
+/// f32 step per 32.
+fn grouped_qx_shared(w: &WeightData, k: u32) -> u32 {
+    let code = if matches!(w, WeightData::Mxfp4 { .. }) {
+        2
+    } else {
+        1
     };
-    let x = k * code + k / 32 * 4;
-    if !be.qx_ring {
-        return x;
-    }
-    x.next_multiple_of(16) + qx_ring_steps(w) * 8 * 32 * 4 * (group_bytes + 4)
+    k * code + k / 32 * 4
 }
-
-/// Steps in a lane's ring (`RING` of the formats in
-/// kernels/gemv_grouped.cu): as many as keep two blocks of Llama-8B's
-/// widest row (14,336) within [`QX_MAX_SHARED`].
-fn qx_ring_steps(w: &WeightData) -> u32 {
-    match w {
-        WeightData::Quantized {
-            quant: Quant::Int8, ..
-        } => 2,
-        _ => 4,
-    }
-}
-
-/// Shared memory an integer-activation GEMV block may take: two blocks an
-/// SM on an H200 (228 KB, less 1 KB a block the driver keeps).
-pub(crate) const QX_MAX_SHARED: u32 = 113 * 1024;
 
 #[cfg(test)]
 mod tests {

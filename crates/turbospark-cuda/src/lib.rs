@@ -143,12 +143,6 @@ pub struct Cuda {
     /// The streamed GEMVs can run: sm_90+ (bulk asynchronous copies and
     /// mbarrier transactions) with their shared memory to opt into.
     bulk_copies: bool,
-    /// The integer-activation GEMVs stream their weights through a ring
-    /// in shared memory (TEMPORARY switch for A/B: TURBOSPARK_CUDA_QX_RING).
-    pub(crate) qx_ring: bool,
-    /// Shared memory an integer-activation GEMV block may take (opted into
-    /// at load, up to `gemv::QX_MAX_SHARED`).
-    qx_shared_limit: u32,
 }
 
 impl Cuda {
@@ -197,20 +191,6 @@ impl Cuda {
                 )?;
             }
         }
-        let qx_shared_limit = (optin.max(0) as u32).min(gemv::QX_MAX_SHARED);
-        for f in [
-            &k.gemv_mxfp4_qx,
-            &k.gemv_q8_qx,
-            &k.gemv_q4_qx,
-            &k.gemv_mxfp4_qxr,
-            &k.gemv_q8_qxr,
-            &k.gemv_q4_qxr,
-        ] {
-            f.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                qx_shared_limit as i32,
-            )?;
-        }
         // One stream and no cross-stream hazards: cudarc's per-buffer event
         // tracking would only add two events to every allocation.
         // SAFETY: every buffer is used on `stream` only.
@@ -245,8 +225,6 @@ impl Cuda {
             stream_gemv: bulk_copies
                 && std::env::var("TURBOSPARK_CUDA_STREAM").map_or(true, |v| v != "0"),
             bulk_copies,
-            qx_ring: std::env::var("TURBOSPARK_CUDA_QX_RING").map_or(true, |v| v != "0"),
-            qx_shared_limit,
         })
     }
 
@@ -292,11 +270,6 @@ impl Cuda {
     /// both ways). Set before recording a graph.
     pub fn set_stream_gemv(&mut self, on: bool) {
         self.stream_gemv = on && self.bulk_copies;
-    }
-
-    /// Shared memory an integer-activation GEMV block may take.
-    pub(crate) fn qx_shared_limit(&self) -> u32 {
-        self.qx_shared_limit
     }
 
     pub fn precision(&self) -> Precision {

@@ -63,8 +63,7 @@ fn linear_dense_formats_in_both_regimes() {
 /// in `Bf16`, the f32 ones in `F32`. 40,000 rows are more blocks of work
 /// than fit on an H200 at once, so the persistent integer-activation
 /// blocks take three turns each; 12,000 rows of 4,096 take two turns of
-/// four steps a lane, so a lane's ring of copies runs across the end of a
-/// turn.
+/// two iterations of loads a lane.
 #[test]
 fn linear_grouped_formats_in_both_regimes() {
     let Some(mut g) = gpu() else { return };
