@@ -18,7 +18,8 @@ pub enum WeightData {
         blocks: Vec<u8>,
         scales: Vec<u8>,
     },
-    /// Weight-only int8/int4 with one f32 scale per 32 values (`quant.rs`).
+    /// Weight-only int8/int4 with one f16 scale per 32 values (`quant.rs`),
+    /// held here widened to f32.
     Quantized {
         quant: Quant,
         codes: Vec<u8>,
@@ -78,12 +79,14 @@ impl CpuWeight {
                 t.name, t.shape
             )));
         }
-        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant);
+        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant)
+            .map_err(|e| BackendError::Unsupported(format!("tensor `{}`: {e}", t.name)))?;
         Ok(CpuWeight {
             data: WeightData::Quantized {
                 quant,
                 codes,
-                scales,
+                // f16 values, held widened (exactly) for the f32 arithmetic.
+                scales: scales.iter().map(|s| s.to_f32()).collect(),
             },
             shape: t.shape.to_vec(),
         })

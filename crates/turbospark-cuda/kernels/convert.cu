@@ -81,11 +81,11 @@ extern "C" __global__ void mxfp4_to_bf16(u16* out, const u8* blocks, const u8* s
 // Int8 / int4 (kind 0 / 1) -> bf16: code · scale in f32 (the CPU's
 // dequantised value), then rounded to nearest even. One thread per 32-value
 // group (int8: 32 bytes of codes; int4: 16 bytes, low nibble first, value + 8).
-extern "C" __global__ void dequant_bf16(u16* out, const u8* codes, const float* scales,
+extern "C" __global__ void dequant_bf16(u16* out, const u8* codes, const u16* scales,
                                         u64 groups, int kind) {
     pdl_enter();
     FOR_EACH(g, groups) {
-        const float s = scales[g];
+        const float s = f16_to_f32(scales[g]);  // f16 scales, widened exactly
         float v[32];
         if (kind == 0) {
             const uint4* p = (const uint4*)codes + 2 * g;

@@ -129,17 +129,18 @@ struct Mxfp4 {
     }
 };
 
-// The --quant formats' scales: one f32 a group, used as loaded.
-struct F32Scales {
-    typedef float Scale;
+// The --quant formats' scales: one f16 a group (llama.cpp's Q8_0/Q4_0
+// bytes), fetched raw like MXFP4's and widened exactly when used.
+struct F16Scales {
+    typedef u16 Scale;
     static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
-        return ((const float*)scales)[group];
+        return ((const u16*)scales)[group];
     }
-    static __device__ __forceinline__ float value(Scale s) { return s; }
+    static __device__ __forceinline__ float value(Scale s) { return f16_to_f32(s); }
 };
 
-// Int8 (weight-only --quant): 32 signed bytes a group, one f32 scale.
-struct Q8 : F32Scales {
+// Int8 (weight-only --quant): 32 signed bytes a group, one f16 scale.
+struct Q8 : F16Scales {
     typedef uint2 Word;
     static constexpr int UNROLL = 4;
     static constexpr int GROUP_BYTES = 32;  // codes a group
@@ -172,8 +173,8 @@ struct Q8 : F32Scales {
 };
 
 // Int4 (weight-only --quant): 16 bytes a group of value + 8 codes (low
-// nibble first), one f32 scale.
-struct Q4 : F32Scales {
+// nibble first), one f16 scale.
+struct Q4 : F16Scales {
     typedef u32 Word;
     static constexpr int UNROLL = 4;
     static constexpr int GROUP_BYTES = 16;  // codes a group

@@ -229,7 +229,7 @@ fn gemm_rows_beta(
             let args = [
                 Arg::Ptr(wide),
                 Arg::Ptr(be.ptr(codes) + code_bytes),
-                Arg::Ptr(be.ptr(scales) + first / 32 * 4),
+                Arg::Ptr(be.ptr(scales) + first / 32 * 2),
                 Arg::U64(groups),
                 Arg::I32(kind),
             ];

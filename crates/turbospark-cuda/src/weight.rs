@@ -48,11 +48,12 @@ pub enum WeightData {
         scales: CudaSlice<u8>,
     },
     /// Per row, groups of 32 codes (int8: a byte each; int4: `value + 8`
-    /// packed two a byte, low nibble first) and one f32 scale per group.
+    /// packed two a byte, low nibble first) and one f16 scale per group
+    /// (its bits).
     Quantized {
         quant: Quant,
         codes: CudaSlice<u8>,
-        scales: CudaSlice<f32>,
+        scales: CudaSlice<u16>,
     },
 }
 
@@ -85,7 +86,7 @@ impl CudaWeight {
                     Quant::Int8 => self.numel(),
                     Quant::Int4 => self.numel() / 2,
                 };
-                codes + self.numel() / QUANT_GROUP * 4
+                codes + self.numel() / QUANT_GROUP * 2
             }
         }
     }
@@ -151,12 +152,14 @@ impl CudaWeight {
                 t.name, t.shape
             )));
         }
-        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant);
+        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant)
+            .map_err(|e| BackendError::Unsupported(format!("tensor `{}`: {e}", t.name)))?;
+        let scale_bits: Vec<u16> = scales.iter().map(|s| s.to_bits()).collect();
         Ok(CudaWeight {
             data: WeightData::Quantized {
                 quant,
                 codes: be.upload_slice(&codes),
-                scales: be.upload_slice(&scales),
+                scales: be.upload_slice(&scale_bits),
             },
             shape: t.shape.to_vec(),
         })
