@@ -18,12 +18,11 @@ pub enum WeightData {
         blocks: Vec<u8>,
         scales: Vec<u8>,
     },
-    /// Weight-only int8/int4 with one f16 scale per 32 values (`quant.rs`),
-    /// held here widened to f32.
+    /// Weight-only int8/int4 with one f16 scale per 32 values (`quant.rs`).
     Quantized {
         quant: Quant,
         codes: Vec<u8>,
-        scales: Vec<f32>,
+        scales: Vec<half::f16>,
     },
 }
 
@@ -85,8 +84,7 @@ impl CpuWeight {
             data: WeightData::Quantized {
                 quant,
                 codes,
-                // f16 values, held widened (exactly) for the f32 arithmetic.
-                scales: scales.iter().map(|s| s.to_f32()).collect(),
+                scales,
             },
             shape: t.shape.to_vec(),
         })
@@ -117,7 +115,7 @@ impl CpuWeight {
             WeightData::F32(v) => v.len() * 4,
             WeightData::BF16(v) | WeightData::F16(v) => v.len() * 2,
             WeightData::Mxfp4 { blocks, scales } => blocks.len() + scales.len(),
-            WeightData::Quantized { codes, scales, .. } => codes.len() + scales.len() * 4,
+            WeightData::Quantized { codes, scales, .. } => codes.len() + scales.len() * 2,
         }
     }
 
