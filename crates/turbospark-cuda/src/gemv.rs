@@ -417,6 +417,14 @@ pub(crate) fn launch_gemv(
     if qx {
         let blocks_at_one = gemv_blocks(rows, 1, per_warp).saturating_mul(j.jobs);
         max_wpr = qx_max_wpr(max_wpr, blocks_at_one, resident);
+    } else {
+        let blocks_at_cap = gemv_blocks(rows, max_wpr, per_warp).saturating_mul(j.jobs);
+        let limit = if table.glu != 0 {
+            GEMV_WARPS_PER_BLOCK / 2
+        } else {
+            GEMV_WARPS_PER_BLOCK
+        };
+        max_wpr = dense_max_wpr(max_wpr, limit, blocks_at_cap, resident);
     }
     let (wpr, grid_y) = persistent_geometry(resident, j.jobs, rows, per_warp, max_wpr);
     be.launch_shared(f, (j.jobs, grid_y, 1), threads, shared, &args(wpr));
@@ -530,6 +538,21 @@ fn dense_warps_cap(k: u32) -> u32 {
     1 << fill.ilog2().min(GEMV_WARPS_PER_BLOCK.ilog2())
 }
 
+/// Most warps a row of a dense persistent launch may take, given the row's
+/// `cap` (dense_warps_cap), the launch's `limit` (a block's warps; half for
+/// glu pairs) and its blocks of work at the cap: the cap, unless those
+/// fill less than a quarter of the `resident` slots (a router: gpt-oss's 32
+/// rows of 2,880 are four blocks at one warp a row, each warp's row three
+/// round trips of loads), when rows spread over up to `limit` warps, so
+/// that more SMs take part and each warp's part is one round trip.
+fn dense_max_wpr(cap: u32, limit: u32, blocks_at_cap: u32, resident: u32) -> u32 {
+    if blocks_at_cap < resident / 4 {
+        cap.max(limit)
+    } else {
+        cap
+    }
+}
+
 /// Dynamic shared memory a block may use without opting in.
 const MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
 
@@ -573,6 +596,28 @@ mod tests {
         // Grouped segments are padded to whole quads: 37 rows take 10 warps'
         // worth (40 rows) of blocks.
         assert_eq!(gemv_blocks(37_u32.next_multiple_of(4), 8, 4), 10);
+    }
+
+    /// Small dense launches (routers) spread their rows over a block's
+    /// warps; launches that fill the GPU keep the row's cap.
+    #[test]
+    fn small_dense_launches_take_more_warps_a_row() {
+        let resident = 4 * 132;
+        // gpt-oss's router: 32 rows of 2,880 (cap 1), four blocks.
+        let cap = dense_warps_cap(2_880);
+        assert_eq!(cap, 1);
+        assert_eq!(dense_max_wpr(cap, 8, gemv_blocks(32, cap, 1), resident), 8);
+        assert_eq!(persistent_geometry(resident, 1, 32, 1, 8), (8, 32));
+        // Qwen3-30B-A3B's: 128 rows of 2,048, 16 blocks.
+        assert_eq!(dense_max_wpr(1, 8, gemv_blocks(128, 1, 1), resident), 8);
+        // gpt-oss's o projection (2,880 rows: 360 blocks) keeps the cap,
+        // and so does a glu launch past the limit's quarter.
+        assert_eq!(
+            dense_max_wpr(cap, 8, gemv_blocks(2_880, cap, 1), resident),
+            1
+        );
+        assert_eq!(dense_max_wpr(2, 4, 131, resident), 4);
+        assert_eq!(dense_max_wpr(2, 4, 132, resident), 2);
     }
 
     #[test]
