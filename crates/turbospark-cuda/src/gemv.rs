@@ -545,6 +545,8 @@ fn dense_warps_cap(k: u32) -> u32 {
 /// rows of 2,880 are four blocks at one warp a row, each warp's row three
 /// round trips of loads), when rows spread over up to `limit` warps, so
 /// that more SMs take part and each warp's part is one round trip.
+/// gpt-oss-20b on the H200, in one process, three runs each: 431.0, 437.7,
+/// 439.1 tok/s against 431.3, 430.2, 431.7 at the cap.
 fn dense_max_wpr(cap: u32, limit: u32, blocks_at_cap: u32, resident: u32) -> u32 {
     if blocks_at_cap < resident / 4 {
         cap.max(limit)
