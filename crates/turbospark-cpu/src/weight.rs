@@ -204,3 +204,39 @@ impl CpuWeight {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Weights too large for an f16 group scale are refused at load with
+    /// the tensor's name, not stored as infinities.
+    #[test]
+    fn quantizing_values_beyond_f16_scales_names_the_tensor() {
+        let mut values = vec![0.25f32; 64];
+        values[40] = -2e7;
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = HostTensor {
+            name: "model.layers.3.mlp.down_proj.weight",
+            dtype: DType::F32,
+            shape: &[2, 32],
+            bytes: &bytes,
+        };
+        let e = CpuWeight::quantized(&t, Quant::Int8)
+            .err()
+            .expect("an error")
+            .to_string();
+        assert!(
+            e.contains("model.layers.3.mlp.down_proj.weight") && e.contains("f16"),
+            "{e}"
+        );
+        values[40] = 2.0;
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let w = CpuWeight::quantized(&HostTensor { bytes: &bytes, ..t }, Quant::Int4).unwrap();
+        assert_eq!(
+            w.bytes(),
+            32 + 2 * 2,
+            "int4: 16 code bytes and one f16 a group"
+        );
+    }
+}

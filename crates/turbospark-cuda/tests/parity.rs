@@ -72,6 +72,21 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         g.upload_quantized(&oddt, Quant::Int8).is_err()
             && Cpu.upload_quantized(&oddt, Quant::Int8).is_err()
     );
+    // Values beyond an f16 group scale: both refuse, naming the tensor.
+    let huge = encode(&[1e7; 32], DType::F32);
+    let huget = HostTensor {
+        name: "huge",
+        dtype: DType::F32,
+        shape: &[1, 32],
+        bytes: &huge,
+    };
+    for e in [
+        g.upload_quantized(&huget, Quant::Int8).err(),
+        Cpu.upload_quantized(&huget, Quant::Int8).err(),
+    ] {
+        let e = e.expect("an error").to_string();
+        assert!(e.contains("huge") && e.contains("f16"), "{e}");
+    }
 }
 
 #[test]
