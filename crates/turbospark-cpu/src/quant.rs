@@ -1,6 +1,7 @@
 //! Weight-only int8 and int4 on the CPU: widening and dot products over the
 //! format `turbospark_backend::quant` defines (one f16 scale per 32 values of
-//! a row, widened exactly to f32 where used). Dot products accumulate each group in f32 and scale once.
+//! a row, widened exactly to f32 where used). Dot products accumulate each
+//! group in f32 and scale once.
 
 use half::f16;
 #[cfg(test)]
