@@ -209,12 +209,21 @@ __device__ __forceinline__ void load_j(const float* p, float* v) {
     }
 }
 
+// The lanes 0, n, 2n, ... of a warp as a ballot mask: a whole tile's live
+// slots, one bit each (n = LPK lanes a key).
+__device__ constexpr u32 every_nth_lane(u32 n) {
+    u32 m = 0;
+    for (u32 b = 0; b < 32; b += n) m |= 1u << b;
+    return m;
+}
+
 // A decode step's fused kernels (`attn_gqa_*_step`: one query row, the
 // projections' q, k and v as they come out of the GEMVs) do, besides the
 // GQA kernel's attention, what `rope_kv_write` would in a launch of its
 // own:
-// - each warp rotates its head's query in shared memory (rope.cuh's
-//   rotate_pair, so the same bits as rope_kv.cu);
+// - each warp rotates its head's query in shared memory by the angles'
+//   cosines and sines the block computed once (rope.cuh, so the same bits
+//   as rope_kv.cu);
 // - the block whose split holds this step's slot (position % capacity)
 //   rotates the step's key, stores key and value and the slot's position
 //   in the store, and stages them from shared memory instead of copying
@@ -275,14 +284,18 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     // step's own slot left out: float4 c of row r for i = r · h4 + c, the
     // block's threads striding over i.
     auto stage = [&](u32 t0, u32 nk) {
-        if (head_dim == HD) {
-            // The variant's own head_dim (the usual case): row and column
-            // by shifts of a compile-time power of two.
-#pragma unroll 4
-            for (u32 i = threadIdx.x; i < nk * H4; i += blockDim.x) {
-                const u32 r = i / H4, c = i % H4;
+        if (head_dim == HD && blockDim.x % H4 == 0) {
+            // The variant's own head_dim (the usual case): each thread
+            // keeps one column c and takes every rstep-th row, so its
+            // source advances by an add a row, with no division or 64-bit
+            // product per copy (ncu: the general loop below spent ~240
+            // instructions a warp here, a sixth of the kernel).
+            const u32 c = threadIdx.x % H4, rstep = blockDim.x / H4;
+            const u64 src_step = (u64)rstep * kv_dim;
+            u32 r = threadIdx.x / H4;
+            u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+            for (; r < nk; r += rstep, src += src_step) {
                 if (STEP && t0 + r == cur) continue;
-                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
                 cp_async16(&ks[r * KS + c], kc + src);
                 cp_async16(&vs[r * H4 + c], vc + src);
             }
@@ -296,11 +309,20 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             }
         }
     };
+    // The step's RoPE cosines and sines, one a pair (rope.cuh): every
+    // head's query and the step's key rotate by the same angles, so the
+    // block computes each once rather than every warp all of them.
+    __shared__ float2 cs[STEP ? HD / 2 : 1];
     if constexpr (STEP) {
         // The store's other slots were written by earlier steps, not by
         // the previous kernel (the q/k/v projection): the first tile's
-        // copies go out before waiting for it, so they overlap its end.
+        // copies go out before waiting for it, so they overlap its end, as
+        // do the angles (the position comes from the host).
         stage(s0, min(T, s1 - s0));
+        for (u32 i = threadIdx.x; i < st.pairs; i += blockDim.x) {
+            rope_cos_sin((u32)qpos, st.freqs.f[i], st.factor, cs[i].x, cs[i].y);
+        }
+        __syncthreads();
         pdl_enter();
     }
     // head_dim is a multiple of 4: the query is whole float4s. Only this
@@ -314,7 +336,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     if constexpr (STEP) {
         float* qf = (float*)qq;
         for (u32 i = lane; i < st.pairs; i += 32) {
-            rotate_pair(qf[i], qf[i + half], (u32)qpos, st.freqs.f[i], st.factor);
+            rotate_by(qf[i], qf[i + half], cs[i].x, cs[i].y);
         }
         __syncwarp();
         if (cur != 0xffffffffu) {
@@ -323,7 +345,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             const u64 dst = (u64)cur * kv_dim + kv_off;
             for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
                 float a = kr[i], b = kr[i + half];
-                if (i < st.pairs) rotate_pair(a, b, (u32)qpos, st.freqs.f[i], st.factor);
+                if (i < st.pairs) rotate_by(a, b, cs[i].x, cs[i].y);
                 fk[i] = a;
                 fk[i + half] = b;
                 fv[i] = vr[i];
@@ -395,19 +417,35 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             m = mn;
             // Bit t · LPK: slot t0 + t is live.
             const u32 live_mask = __ballot_sync(0xffffffffu, live && sub == 0);
-#pragma unroll 4
-            for (u32 t = 0; t < nk; t++) {
-                if (!((live_mask >> (t * LPK)) & 1u)) continue;
-                const float pt = __shfl_sync(0xffffffffu, p, t * LPK);
-                float v[J];
-                if (lane * J < head_dim) {
+            if (head_dim == HD && live_mask == every_nth_lane(LPK)) {
+                // A whole tile, every slot live (all but the first and last
+                // tiles of a row's keys): the same sums in the same order
+                // with no per-slot test or bound, fully unrolled (ncu: the
+                // tested loop below took ~15 instructions a slot, a third
+                // of the kernel; this takes J + 2).
+#pragma unroll
+                for (u32 t = 0; t < T; t++) {
+                    const float pt = __shfl_sync(0xffffffffu, p, t * LPK);
+                    float v[J];
                     load_j<J>(vt + t * HD + lane * J, v);
-                } else {
 #pragma unroll
-                    for (int j = 0; j < J; j++) v[j] = 0.0f;
+                    for (int j = 0; j < J; j++) acc[j] += pt * v[j];
                 }
+            } else {
+#pragma unroll 4
+                for (u32 t = 0; t < nk; t++) {
+                    if (!((live_mask >> (t * LPK)) & 1u)) continue;
+                    const float pt = __shfl_sync(0xffffffffu, p, t * LPK);
+                    float v[J];
+                    if (lane * J < head_dim) {
+                        load_j<J>(vt + t * HD + lane * J, v);
+                    } else {
 #pragma unroll
-                for (int j = 0; j < J; j++) acc[j] += pt * v[j];
+                        for (int j = 0; j < J; j++) v[j] = 0.0f;
+                    }
+#pragma unroll
+                    for (int j = 0; j < J; j++) acc[j] += pt * v[j];
+                }
             }
         }
         __syncthreads();  // the next tile overwrites the staged rows
