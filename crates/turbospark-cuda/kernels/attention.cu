@@ -309,6 +309,15 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             }
         }
     };
+    const u32 key = lane / LPK, sub = lane % LPK;  // the key this lane scores
+    // Whether this lane's key of the tile at t0 (nk slots) is visible: the
+    // step's own slot holds position qpos, the others what slot_pos says.
+    auto live_at = [&](u32 t0, u32 nk) {
+        if (key >= nk) return false;
+        const i64 kp = STEP && t0 + key == cur ? qpos : slot_pos[t0 + key];
+        return !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
+    };
+    bool first_live = false;
     // The step's RoPE cosines and sines, one a pair (rope.cuh): every
     // head's query and the step's key rotate by the same angles, so the
     // block computes each once rather than every warp all of them.
@@ -317,8 +326,11 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         // The store's other slots were written by earlier steps, not by
         // the previous kernel (the q/k/v projection): the first tile's
         // copies go out before waiting for it, so they overlap its end, as
-        // do the angles (the position comes from the host).
+        // do the first tile's slot positions (also written by earlier
+        // steps: one dependent load fewer after the wait) and the angles
+        // (the position comes from the host).
         stage(s0, min(T, s1 - s0));
+        first_live = live_at(s0, min(T, s1 - s0));
         for (u32 i = threadIdx.x; i < st.pairs; i += blockDim.x) {
             rope_cos_sin((u32)qpos, st.freqs.f[i], st.factor, cs[i].x, cs[i].y);
         }
@@ -360,7 +372,6 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             __syncthreads();  // fresh_k and fresh_v complete
         }
     }
-    const u32 key = lane / LPK, sub = lane % LPK;  // the key this lane scores
     const float* vt = (const float*)vs;
 
     // Per-lane denominator terms (each key's first lane holds its p); the
@@ -377,11 +388,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                 vs[(cur - t0) * H4 + c] = fresh_v[c];
             }
         }
-        bool live = false;
-        if (key < nk) {
-            const i64 kp = STEP && t0 + key == cur ? qpos : slot_pos[t0 + key];
-            live = !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
-        }
+        const bool live = STEP && t0 == s0 ? first_live : live_at(t0, nk);
         cp_async_wait_all();
         __syncthreads();
         // Four partial sums (one per float4 component): four short chains
@@ -499,41 +506,76 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
 // arguments are the partial kernel's, to tell which splits it wrote. Thread
 // s holds split s's (m, l) (splits ≤ ATT_MAX_SPLITS = the block's threads),
 // read once: the block's max M, then each split's weight exp(m_s − M) and
-// the denominator L (block reductions). Then thread t takes column t % cols
-// (a float4 of dimensions when head_dim is a multiple of 4, else one) and
-// every (threads / cols)-th split from t / cols, ATT_COMBINE_UNROLL splits'
-// rows in flight at once; the phases' sums meet in shared memory in phase
-// order. Launched with ATT_COMBINE_THREADS threads (≥ head_dim:
-// MAX_HEAD_DIM). Splits that wrote nothing weigh nothing and are not read
-// (their rows are stale).
+// the denominator L (block reductions). Thread t takes column t % cols (a
+// float4 of dimensions when head_dim is a multiple of 4, else one) and every
+// (threads / cols)-th split from t / cols. Its first ATT_COMBINE_EARLY rows
+// are loaded with the (m, l) pairs, before any weight is known (a row does
+// not depend on them), so the kernel waits on one round of loads after the
+// partial kernel, not two; further rows go ATT_COMBINE_UNROLL at a time. The
+// phases' sums meet in shared memory in phase order. Launched with
+// ATT_COMBINE_THREADS threads (≥ head_dim: MAX_HEAD_DIM). A row is added
+// only where its split's weight is non-zero: splits that wrote nothing
+// (their rows are stale) weigh nothing.
 #define ATT_COMBINE_THREADS 256
+#define ATT_COMBINE_EARLY 12
 #define ATT_COMBINE_UNROLL 4
 static_assert(ATT_MAX_SPLITS <= ATT_COMBINE_THREADS, "a combine thread per split");
+
+// Column c of split s's partial row (a float4, or one value in .x).
+__device__ __forceinline__ float4 combine_row(const float* po, u32 s, u32 head_dim, u32 c,
+                                              bool vec) {
+    if (vec) return ((const float4*)(po + (u64)s * head_dim))[c];
+    return make_float4(po[(u64)s * head_dim + c], 0.0f, 0.0f, 0.0f);
+}
+
+__device__ __forceinline__ void add_weighted(float4& o, float4 v, float w) {
+    o.x += v.x * w;
+    o.y += v.y * w;
+    o.z += v.z * w;
+    o.w += v.w * w;
+}
+
 extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     attn_combine(float* out, const float* part_o, const float* part_ml, const void* sinks,
                  int sinks_dt, u32 num_heads, u32 head_dim, u32 splits, const u32* positions,
                  i64 window, u32 slot_lo, u32 slot_hi, u32 per_split, u32 capacity) {
     const u32 rh = blockIdx.x, head = rh % num_heads;
-    // The sink is a weight: read before waiting for the previous kernel.
+    // The sink is a weight and the position comes from the host: both are
+    // read before waiting for the previous kernel, and so is which splits
+    // this row can see. Splits with no slot it can see wrote nothing
+    // (attn_gqa), and one that saw no visible key wrote m = −inf: both
+    // weigh nothing.
     const float sink = sinks ? load_w(sinks, sinks_dt, head) : NEG_INF;
-    pdl_enter();
-    const float* ml = part_ml + (u64)rh * splits * 2;
     const i64 qpos = (i64)positions[rh / num_heads];
+    bool seen = false;
+    if (threadIdx.x < splits) {
+        u32 s0, s1;
+        split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, threadIdx.x, s0, s1);
+        seen = s0 < s1;
+    }
+    const float* ml = part_ml + (u64)rh * splits * 2;
+    const float* po = part_o + (u64)rh * splits * head_dim;
+    const bool vec = (head_dim & 3u) == 0;
+    const u32 cols = vec ? head_dim / 4 : head_dim;
+    const u32 phases = blockDim.x / cols, phase = threadIdx.x / cols, c = threadIdx.x % cols;
+    const bool active = phase < phases;
+    pdl_enter();
+    float ms = NEG_INF, ls = 0.0f;
+    if (seen) {
+        ms = ml[2 * threadIdx.x];
+        ls = ml[2 * threadIdx.x + 1];
+    }
+    float4 early[ATT_COMBINE_EARLY];
+#pragma unroll
+    for (int u = 0; u < ATT_COMBINE_EARLY; u++) {
+        const u32 s = phase + u * phases;
+        early[u] = active && s < splits ? combine_row(po, s, head_dim, c, vec)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     __shared__ float wgt[ATT_MAX_SPLITS];
     __shared__ float warp_maxes[32];
     __shared__ float4 phase_sum[ATT_COMBINE_THREADS];
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    // Splits with no slot this row can see wrote nothing (attn_gqa), and
-    // one that saw no visible key wrote m = −inf: both weigh nothing.
-    float ms = NEG_INF, ls = 0.0f;
-    if (threadIdx.x < splits) {
-        u32 s0, s1;
-        split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, threadIdx.x, s0, s1);
-        if (s0 < s1) {
-            ms = ml[2 * threadIdx.x];
-            ls = ml[2 * threadIdx.x + 1];
-        }
-    }
     float M = warp_max(ms);
     if (lane == 0) warp_maxes[warp] = M;
     __syncthreads();
@@ -549,36 +591,28 @@ extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     // No visible key and no sink gives 0/0 = NaN, as on the CPU. (block_sum
     // synchronises, so wgt is complete after it.)
     const float inv = 1.0f / (block_sum(ls * w) + sink_term);
-    const float* po = part_o + (u64)rh * splits * head_dim;
-    const bool vec = (head_dim & 3u) == 0;
-    const u32 cols = vec ? head_dim / 4 : head_dim;
-    const u32 phases = blockDim.x / cols, phase = threadIdx.x / cols, c = threadIdx.x % cols;
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (phase < phases) {
+    if (active) {
+#pragma unroll
+        for (int u = 0; u < ATT_COMBINE_EARLY; u++) {
+            const u32 s = phase + u * phases;
+            const float ws = s < splits ? wgt[s] : 0.0f;
+            if (ws != 0.0f) add_weighted(o, early[u], ws);
+        }
         constexpr int U = ATT_COMBINE_UNROLL;
-        for (u32 base = phase; base < splits; base += U * phases) {
+        for (u32 base = phase + ATT_COMBINE_EARLY * phases; base < splits; base += U * phases) {
             float ww[U];
             float4 v[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const u32 s = base + u * phases;
                 ww[u] = s < splits ? wgt[s] : 0.0f;
-                v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (ww[u] != 0.0f) {
-                    if (vec) {
-                        v[u] = ((const float4*)(po + (u64)s * head_dim))[c];
-                    } else {
-                        v[u].x = po[(u64)s * head_dim + c];
-                    }
-                }
+                v[u] = ww[u] != 0.0f ? combine_row(po, s, head_dim, c, vec)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                if (ww[u] == 0.0f) continue;
-                o.x += v[u].x * ww[u];
-                o.y += v[u].y * ww[u];
-                o.z += v[u].z * ww[u];
-                o.w += v[u].w * ww[u];
+                if (ww[u] != 0.0f) add_weighted(o, v[u], ww[u]);
             }
         }
     }
