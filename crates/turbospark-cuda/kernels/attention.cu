@@ -42,7 +42,15 @@ __device__ __forceinline__ void visible_slots(i64 qpos, i64 window, u32 slot_lo,
 }
 
 // Slots [s0, s1) of split `split`: slots [slot_lo, slot_hi) are cut into
-// splits of `per_split` slots, each narrowed to what the row can see.
+// splits of `per_split` slots, each narrowed to what the row can see. Once
+// the ring has wrapped past a sliding span's query, its window's positions
+// qpos + 1 − window ..= qpos lie on the arc of slots from a = (qpos + 1 −
+// window) % capacity round to b = qpos % capacity (window ≤ capacity, so no
+// two of them share a slot): a split keeps only its part of that arc, the
+// hull of both parts where the arc's gap lies inside it (slot_pos tells
+// those slots apart), and a split in the gap sees nothing. Without this a
+// sliding layer past its ring's capacity (gpt-oss beyond 2,176 positions)
+// would stage and score its whole ring each step, not its window.
 __device__ __forceinline__ void split_slots(i64 qpos, i64 window, u32 slot_lo, u32 slot_hi,
                                             u32 per_split, u32 capacity, u32 split, u32& s0,
                                             u32& s1) {
@@ -50,6 +58,20 @@ __device__ __forceinline__ void split_slots(i64 qpos, i64 window, u32 slot_lo, u
     visible_slots(qpos, window, slot_lo, slot_hi, capacity, lo, hi);
     s0 = max(slot_lo + split * per_split, lo);
     s1 = min(slot_lo + split * per_split + per_split, hi);
+    if (qpos >= (i64)capacity && window > 0 && window <= (i64)capacity) {
+        const u32 a = (u32)((qpos + 1 - window) % capacity);
+        const u32 b = (u32)(qpos % capacity) + 1;  // the arc is [a, b), or [a, capacity) ∪ [0, b)
+        if (a < b) {
+            s0 = max(s0, a);
+            s1 = min(s1, b);
+        } else {
+            const bool low = s0 < b, high = s1 > a;
+            if (low && !high) s1 = min(s1, b);
+            if (high && !low) s0 = max(s0, a);
+            if (!low && !high) s1 = s0;
+        }
+        s1 = max(s1, s0);
+    }
 }
 
 // part_o [rows·heads, splits, head_dim], part_ml [rows·heads, splits, 2];

@@ -640,8 +640,8 @@ fn step_both(
 /// its splits in one launch) on every GQA kernel's shapes after a prompt
 /// (which takes the two-operation path): full and sliding spans, sinks
 /// (f32, bf16), softcap, a rotary table shorter than head_dim / 2, a
-/// head_dim below its kernel's (96 on the 128 kernel), many splits, and a
-/// ring of 9 slots that wraps.
+/// head_dim below its kernel's (96 on the 128 kernel), many splits, a ring
+/// of 9 slots that wraps, and a window over a wrapping ring of many splits.
 #[test]
 fn rope_kv_attention_steps_equal_the_cpus() {
     let Some(mut g) = gpu() else { return };
@@ -722,6 +722,22 @@ fn rope_kv_attention_steps_equal_the_cpus() {
             4,
             12,
             Some(DType::F32),
+        ),
+        // A window over a ring of five tiles that wraps: past its capacity
+        // each split keeps its part of the window's arc of slots, and the
+        // splits between see nothing.
+        (
+            AttnParams {
+                num_heads: 16,
+                head_dim: 64,
+                span: AttnSpan::Sliding { window: 40 },
+                ..base
+            },
+            32,
+            160,
+            150,
+            40,
+            Some(DType::BF16),
         ),
     ];
     for (p, pairs, capacity, prompt, steps, sinks) in cases {
