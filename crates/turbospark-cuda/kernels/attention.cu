@@ -202,7 +202,10 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
 // times more warps to overlap. J = ceil(head_dim / 32), G = the most query
 // heads a group may have. Sums run in a different order from the CPU's (a
 // dot in float4 pieces, a warp tree for the tile's max, per-lane
-// denominators summed at the end): equal up to f32 rounding.
+// denominators summed at the end): equal up to f32 rounding. (Tiles of
+// half the values, so twice the splits and warps, were slower: a block's
+// time is its chain of dependent loads, not its share of the work;
+// BENCHMARKS.md, eleventh session.)
 #define GQA_TILE_VALUES 4096
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -253,7 +256,8 @@ __device__ constexpr u32 every_nth_lane(u32 n) {
 //   split).
 // attn_combine then merges the splits as after the plain kernels. (Merging
 // in the kernel instead, by the last block of each KV head to finish, was
-// slower: BENCHMARKS.md.)
+// slower, over a full span's 68 splits and over a sliding window's six:
+// BENCHMARKS.md, eighth and eleventh sessions.)
 // Must match `GqaStep` in src/attention.rs.
 struct GqaStep {
     const float* k;       // this step's key row [kv_dim], not rotated
