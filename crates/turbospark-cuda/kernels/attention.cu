@@ -541,7 +541,9 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
 // phases' sums meet in shared memory in phase order. Launched with
 // ATT_COMBINE_THREADS threads (≥ head_dim: MAX_HEAD_DIM). A row is added
 // only where its split's weight is non-zero: splits that wrote nothing
-// (their rows are stale) weigh nothing.
+// (their rows are stale) weigh nothing. (Extra blocks here asking L2 for
+// the output projection's lines while attention runs measured level on
+// the H200: BENCHMARKS.md, twelfth session.)
 #define ATT_COMBINE_THREADS 256
 #define ATT_COMBINE_EARLY 12
 #define ATT_COMBINE_UNROLL 4

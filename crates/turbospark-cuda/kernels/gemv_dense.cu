@@ -330,58 +330,8 @@ GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)
 // norm factor, residual add, activation). A lane's 8-value dots run in
 // ascending order over the row and the warp tree sums the lanes: the order
 // of gemv_dense_rows with one warp a row when kc is a multiple of 256.
-#define GS_WARPS 8
-#define GS_THREADS (32 * (GS_WARPS + 1))
-#define GS_MAX_STAGES 16
-
-// The streamed kernels use sm_90's bulk copies and mbarrier transactions;
-// below sm_90 they compile to a trap and are never launched (src/lib.rs
-// enables them from sm_90 on).
+// The ring's helpers and GS_* are stream.cuh's.
 #if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-                 : "memory");
-}
-
-// One arrival that also expects `bytes` of asynchronous copies.
-__device__ __forceinline__ void mbar_expect(u64* bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(u64* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-// Until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
-        : "memory");
-}
-
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
-// to shared memory, completing on `bar`.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-
-// The consumer warps' barrier (the producer does not take part).
-__device__ __forceinline__ void consumers_sync() {
-    asm volatile("bar.sync 1, %0;" ::"r"(GS_WARPS * 32) : "memory");
-}
-
 // Dynamic shared memory (src/gemv.rs sizes it): the ring (`stages` tiles
 // of GS_WARPS · kc values), then x or w_norm · x (k floats), then the
 // block's row sums.
@@ -397,25 +347,11 @@ __device__ __forceinline__ void gemv_stream(const GemvSegs& sg, const float* x, 
     float* xs = (float*)(ring + stages * tile);
     float* res = xs + k;
     const bool pairs = glu_segs(sg);
-    u32 rows = 0;
-#pragma unroll
-    for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
-        if (i < sg.count) rows += pick(sg.m, i);
-    }
-    const u32 unit = pairs ? 2 : 1, units = rows / unit;
-    const u32 v0 = (u32)((u64)blockIdx.y * units / gridDim.y) * unit;
-    const u32 n = (u32)((u64)(blockIdx.y + 1) * units / gridDim.y) * unit - v0;
+    u32 v0, n;
+    stream_rows(sg, pairs, v0, n);
     const u32 chunks = (k + kc - 1) / kc, groups = (n + GS_WARPS - 1) / GS_WARPS;
     const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    if (threadIdx.x == 0) {
-        for (u32 s = 0; s < stages; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], GS_WARPS);
-        }
-        // The copy engine (the async proxy) must see the initialised barriers.
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    ring_init(full, empty, stages);
     if (warp == GS_WARPS) {
         // The producer warp: stage i is tile i / chunks (GS_WARPS rows)
         // and chunk i % chunks of them, in slot i % stages, which it
@@ -484,6 +420,7 @@ __device__ __forceinline__ void gemv_stream(const GemvSegs& sg, const float* x, 
         }
     }
     consumers_sync();  // every row's sum in res
+    const u32 unit = pairs ? 2 : 1;  // rows a store (gate/up pairs)
     for (u32 v = threadIdx.x * unit; v < n; v += GS_WARPS * 32 * unit) {
         u32 seg = 0, r = 0;
         seg_of(sg, v0 + v, 1, seg, r);

@@ -19,9 +19,10 @@ use crate::CudaError;
 /// Prepended to every kernel file (NVRTC gets no include path).
 const COMMON: &str = include_str!("../kernels/common.cuh");
 
-/// One kernel family per file: (file name, source). The two GEMV files
-/// share gemv_common.cuh, put in front of each.
-pub const SOURCES: [(&str, &str); 10] = [
+/// One kernel family per file: (file name, source). The GEMV files share
+/// gemv_common.cuh, the streamed ones stream.cuh and the grouped ones
+/// grouped_formats.cuh, put in front of each.
+pub const SOURCES: [(&str, &str); 11] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
     (
@@ -35,6 +36,7 @@ pub const SOURCES: [(&str, &str); 10] = [
         "gemv_dense.cu",
         concat!(
             include_str!("../kernels/gemv_common.cuh"),
+            include_str!("../kernels/stream.cuh"),
             include_str!("../kernels/gemv_dense.cu")
         ),
     ),
@@ -42,7 +44,17 @@ pub const SOURCES: [(&str, &str); 10] = [
         "gemv_grouped.cu",
         concat!(
             include_str!("../kernels/gemv_common.cuh"),
+            include_str!("../kernels/grouped_formats.cuh"),
             include_str!("../kernels/gemv_grouped.cu")
+        ),
+    ),
+    (
+        "gemv_grouped_stream.cu",
+        concat!(
+            include_str!("../kernels/gemv_common.cuh"),
+            include_str!("../kernels/stream.cuh"),
+            include_str!("../kernels/grouped_formats.cuh"),
+            include_str!("../kernels/gemv_grouped_stream.cu")
         ),
     ),
     ("convert.cu", include_str!("../kernels/convert.cu")),

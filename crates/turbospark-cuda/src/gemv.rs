@@ -3,9 +3,9 @@
 //! that read the same x), what it does around its product (a fused input
 //! norm, a residual add), the kernel for a weight format, and the launch
 //! geometry (warps per row and persistent grids that keep the resident
-//! blocks busy), and which one-row launches take the streamed kernels
-//! (weights through a shared-memory ring filled before the PDL wait). The
-//! MoE layer's per-token jobs launch through [`gemv`]. It must not
+//! blocks busy); which one-row launches take the streamed kernels (weights
+//! through a shared-memory ring filled before the PDL wait) is [`stream`]'s.
+//! The MoE layer's per-token jobs launch through [`gemv`]. It must not
 //! synchronise with the host.
 
 use turbospark_backend::Quant;
@@ -14,6 +14,9 @@ use turbospark_format::{Activation, ExpertAct};
 use crate::kernels::Arg;
 use crate::weight::{CudaWeight, Dense, WeightData};
 use crate::{Cuda, CudaTensor, Precision};
+
+mod stream;
+pub(crate) use stream::STREAM_MAX_SHARED;
 
 /// Warps per GEMV block.
 const GEMV_WARPS_PER_BLOCK: u32 = 8;
@@ -335,27 +338,7 @@ pub(crate) fn launch_gemv(
             max_wpr = max_wpr.min(GEMV_WARPS_PER_BLOCK / 2);
         }
     }
-    if let Some(shared) = stream_shared(be, &w0.data, &table, j, rows) {
-        let f = match &w0.data {
-            WeightData::Dense {
-                dtype: Dense::F16, ..
-            } => &be.k.gemv_f16_stream,
-            _ => &be.k.gemv_bf16_stream,
-        };
-        be.launch_shared(
-            f,
-            (1, be.sm_count, 1),
-            STREAM_THREADS,
-            shared,
-            &[
-                Arg::Segs(Box::new(table)),
-                Arg::Ptr(j.x),
-                Arg::I32(bias_dt.unwrap_or(0)),
-                Arg::U32(j.k),
-                Arg::U32(STREAM_KC),
-                Arg::U32(STREAM_STAGES),
-            ],
-        );
+    if stream::launch(be, &w0.data, &table, j, rows, qx, bias_dt.unwrap_or(0)) {
         return;
     }
     let k = &be.k;
@@ -428,73 +411,6 @@ pub(crate) fn launch_gemv(
     }
     let (wpr, grid_y) = persistent_geometry(resident, j.jobs, rows, per_warp, max_wpr);
     be.launch_shared(f, (j.jobs, grid_y, 1), threads, shared, &args(wpr));
-}
-
-/// Threads of a streamed GEMV block: `GS_WARPS` = 8 consumer warps and
-/// the producer's (kernels/gemv_dense.cu).
-const STREAM_THREADS: u32 = 32 * 9;
-/// Values of each row a stage of a streamed GEMV's ring holds: 4 KB of
-/// bf16 a bulk copy. Each copy costs the copy engine a fixed ~110 cycles
-/// (H200: 1 KB copies streamed at half the rate), so copies are as long as
-/// a ring of a few stages allows. A multiple of 256, so each lane's sum
-/// runs in the order of the other dense kernels.
-const STREAM_KC: u32 = 2048;
-/// Stages of the ring (`GS_MAX_STAGES` at most): 96 KB a block, two in
-/// flight while one is read (measured on the H200 against 5 × 16 KB and
-/// 4 × 16 KB: 210 against 200 and 205 tok/s on Llama-8B bf16).
-const STREAM_STAGES: u32 = 3;
-/// The fewest stages a block must take for the ring to pay: filling and
-/// draining it costs what it saves at the boundary on shorter launches
-/// (H200: Llama-8B's o projection, 8 stages a block, ran 13.4 µs streamed
-/// against 12.4; its q/k/v, 12 stages, 17.3 against 19.2).
-const STREAM_MIN_STAGES: u32 = 12;
-/// The most weight bytes a streamed launch reads: a launch this long
-/// gains nothing from an earlier start, and the other kernel reads faster
-/// (Llama-8B's lm_head at 4.28 TB/s, against 3.85 for the ring's best).
-const STREAM_MAX_BYTES: u64 = 512 << 20;
-/// The most dynamic shared memory a streamed GEMV block takes (set on its
-/// kernels when they load): a ring, x and the row sums, with room for the
-/// next kernel's block beside it on the SM (228 KB, 1 KB of it reserved
-/// a block).
-pub(crate) const STREAM_MAX_SHARED: u32 = 113 * 1024;
-
-/// The dynamic shared memory of a streamed GEMV launch (kernels/gemv_dense.cu's
-/// `gemv_*_stream`, one block an SM), or None where the launch does not
-/// take one: those kernels serve one row of x and one job of bf16/f16
-/// weights (no experts, 16-byte aligned rows), with at least
-/// [`STREAM_MIN_STAGES`] stages a block and at most [`STREAM_MAX_BYTES`],
-/// where ring, x and sums fit, and only while `TURBOSPARK_CUDA_STREAM` is
-/// not `0`.
-fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32) -> Option<u32> {
-    let dense16 = matches!(
-        w,
-        WeightData::Dense {
-            dtype: Dense::Bf16 | Dense::F16,
-            ..
-        }
-    );
-    let aligned = t.w[..t.count as usize].iter().all(|&p| p % 16 == 0);
-    let glu_ok = t.glu == 0 || t.glu >= GLU_SEGS_SILU;
-    if !(be.stream_gemv
-        && dense16
-        && aligned
-        && glu_ok
-        && j.nx == 1
-        && j.jobs == 1
-        && j.experts == 0
-        && j.k.is_multiple_of(8))
-    {
-        return None;
-    }
-    let per_block = rows.div_ceil(be.sm_count);
-    let stages = per_block.div_ceil(8) * j.k.div_ceil(STREAM_KC);
-    if stages < STREAM_MIN_STAGES || u64::from(rows) * u64::from(j.k) * 2 > STREAM_MAX_BYTES {
-        return None;
-    }
-    let ring = STREAM_STAGES * 8 * STREAM_KC * 2;
-    // x (k f32), then a block's row sums (pairs for a glu launch).
-    let shared = ring + 4 * j.k + 4 * (per_block + 1);
-    (shared <= STREAM_MAX_SHARED).then_some(shared)
 }
 
 /// Groups a lane of an integer-activation GEMV has in flight

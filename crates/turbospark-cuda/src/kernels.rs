@@ -97,6 +97,7 @@ kernels! {
         gemv_mxfp4, gemv_q8, gemv_q4, gemv_mxfp4_x1, gemv_q8_x1, gemv_q4_x1,
         gemv_mxfp4_qx, gemv_q8_qx, gemv_q4_qx,
     ],
+    "gemv_grouped_stream.cu" => [gemv_q8_stream],
     "convert.cu" => [split_bf16, to_bf16, widen_f32, mxfp4_to_bf16, dequant_bf16],
     "attention.cu" => [
         attn_partial, attn_gqa_hd64_g8, attn_gqa_hd64_g16, attn_gqa_hd128_g4, attn_gqa_hd128_g8,

@@ -184,7 +184,7 @@ impl Cuda {
         )?;
         let bulk_copies = major >= 9 && optin >= gemv::STREAM_MAX_SHARED as i32;
         if bulk_copies {
-            for f in [&k.gemv_bf16_stream, &k.gemv_f16_stream] {
+            for f in [&k.gemv_bf16_stream, &k.gemv_f16_stream, &k.gemv_q8_stream] {
                 f.set_attribute(
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     gemv::STREAM_MAX_SHARED as i32,
@@ -265,7 +265,7 @@ impl Cuda {
         self.precision = p;
     }
 
-    /// Whether one-row bf16/f16 GEMVs may take the streamed kernels (on by
+    /// Whether one-row bf16/f16/int8 GEMVs may take the streamed kernels (on by
     /// default on sm_90+ unless `TURBOSPARK_CUDA_STREAM=0`; tests compare
     /// both ways). Set before recording a graph.
     pub fn set_stream_gemv(&mut self, on: bool) {

@@ -396,6 +396,135 @@ fn streamed_gemvs_equal_the_cpus() {
     }
 }
 
+/// Runs `op` with the streamed GEMV kernels and without, on the same
+/// inputs: (streamed, unstreamed) outputs.
+fn both_ways(
+    g: &mut Cuda,
+    op: impl Fn(&Cuda) -> Vec<CudaTensor>,
+) -> (Vec<CudaTensor>, Vec<CudaTensor>) {
+    g.set_stream_gemv(true);
+    let streamed = op(g);
+    g.set_stream_gemv(false);
+    let plain = op(g);
+    g.set_stream_gemv(true);
+    (streamed, plain)
+}
+
+/// Streamed and unstreamed integer GEMVs add the same integer group sums
+/// (x rounded the same way); only the order of their float sums differs.
+const STREAMED_QX_TOL: f32 = 2e-5;
+
+fn same_both_ways(g: &Cuda, (s, p): &(Vec<CudaTensor>, Vec<CudaTensor>), what: &str) {
+    for (i, (s, p)) in s.iter().zip(p).enumerate() {
+        let err = rel_err(&g.to_host(s), &g.to_host(p));
+        assert!(
+            err <= STREAMED_QX_TOL,
+            "{what} part {i}: streamed against unstreamed max|Δ|/rms = {err}"
+        );
+    }
+}
+
+/// The streamed int8 GEMVs (kernels/gemv_grouped_stream.cu) against the
+/// CPU, and tighter against the integer-activation kernels they stand in
+/// for: stages of 8 whole rows (k = 4,096 and 3,072) and of 2 (k =
+/// 14,336); a plain linear, one into the residual stream, three segments
+/// whose boundaries cut stages (q/k/v) behind a fused norm, and gate/up
+/// pairs of an odd height with their activation.
+#[test]
+fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng(31);
+    let fmt = "int8";
+    let what = |op: &str, k: usize| format!("streamed {op} {fmt} k={k}");
+    let (k, m) = (4096, 5000);
+    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m]);
+    let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+    let outs = both_ways(&mut g, |g| {
+        let mut o = g.tensor(1, m);
+        g.linear(&gx, &ws[0].1, biases[0].as_ref().map(|b| &b.1), &mut o);
+        vec![o]
+    });
+    same_both_ways(&g, &outs, &what("linear", k));
+    check_parts(&g, &cx, &ws, &biases, &outs.0, &what("linear", k));
+
+    let (k, m) = (14336, 1500);
+    let (ws, _) = weight_set(&g, &mut rng, fmt, k, &[m]);
+    let b = weight(&g, &rng.vec(m, 1.0), &[m], DType::F32);
+    let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+    let before = rng.vec(m, 3.0);
+    let mut c = Cpu.tensor(1, m);
+    c.data.copy_from_slice(&before);
+    Cpu.linear_add(&cx, &ws[0].0, Some(&b.0), &mut c);
+    let outs = both_ways(&mut g, |g| {
+        let mut acc = tensors(g, &before, 1, m).1;
+        g.linear_add(&gx, &ws[0].1, Some(&b.1), &mut acc);
+        vec![acc]
+    });
+    same_both_ways(&g, &outs, &what("linear_add", k));
+    check(
+        &what("linear_add", k),
+        &g,
+        &outs.0[0],
+        &c,
+        gemv_tol(&g, &ws[0].1, 1),
+    );
+
+    let (k, ms) = (3072, [4097, 1031, 1031]);
+    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
+    let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+    let (cx, gx) = tensors(&g, &rng.vec(k, 3.0), 1, k);
+    let mut normed = Cpu.tensor(1, k);
+    Cpu.rms_norm(&cx, &cn, 1e-5, &mut normed);
+    let outs = both_ways(&mut g, |g| {
+        let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(1, m)).collect();
+        let mut g_normed = g.tensor(1, k);
+        let mut refs: Vec<&mut CudaTensor> = outs.iter_mut().collect();
+        let parts = gpu_parts(&ws, &biases);
+        g.rms_norm_linears(&gx, &gn, 1e-5, &parts, &mut refs, Some(&mut g_normed));
+        outs.push(g_normed);
+        outs
+    });
+    same_both_ways(&g, &outs, &what("rms_norm_linears", k));
+    let (outs_s, normed_s) = outs.0.split_at(ms.len());
+    check(&what("normed", k), &g, &normed_s[0], &normed, F32_TOL);
+    check_parts(
+        &g,
+        &normed,
+        &ws,
+        &biases,
+        outs_s,
+        &what("rms_norm_linears", k),
+    );
+
+    let (k, m) = (2560, 1001);
+    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m, m]);
+    let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+        let mut c = Cpu.tensor(1, m);
+        let cparts = [
+            (&ws[0].0, biases[0].as_ref().map(|b| &b.0)),
+            (&ws[1].0, None),
+        ];
+        Cpu.rms_norm_glu(&cx, &cn, 1e-5, cparts[0], cparts[1], act, &mut c);
+        let outs = both_ways(&mut g, |g| {
+            let parts = gpu_parts(&ws, &biases);
+            let mut o = g.tensor(1, m);
+            g.rms_norm_glu(&gx, &gn, 1e-5, parts[0], parts[1], act, &mut o);
+            vec![o]
+        });
+        let op = format!("rms_norm_glu {act:?}");
+        same_both_ways(&g, &outs, &what(&op, k));
+        check(
+            &what(&op, k),
+            &g,
+            &outs.0[0],
+            &c,
+            2.0 * gemv_tol(&g, &ws[0].1, 1),
+        );
+    }
+}
+
 /// One layer's experts `[experts, 2·width, hidden]` / `[experts, hidden,
 /// width]` on both backends, with a bf16 gate_up bias and an f32 down bias
 /// when `biases`. MXFP4 experts get scales 2^−5 ..= 2^−4: outputs of a

@@ -1,0 +1,200 @@
+//! Which one-row GEMVs take a streamed kernel (a shared-memory ring of
+//! bulk copies filled before the PDL wait: kernels/stream.cuh with
+//! gemv_dense.cu's bf16/f16 kernels and gemv_grouped_stream.cu's int8 one),
+//! their geometry, and their launch. The other GEMV launches are
+//! `super`'s; this module must not launch anything else.
+
+use turbospark_backend::Quant;
+
+use super::{GEMV_WARPS_PER_BLOCK, GLU_SEGS_SILU, GemvJob, GemvSegs};
+use crate::Cuda;
+use crate::kernels::Arg;
+use crate::weight::{Dense, WeightData};
+
+/// Threads of a streamed GEMV block: `GS_WARPS` = 8 consumer warps and
+/// the producer's (kernels/stream.cuh).
+const STREAM_THREADS: u32 = 32 * 9;
+/// Values of each row a stage of a streamed GEMV's ring holds: 4 KB of
+/// bf16 a bulk copy. Each copy costs the copy engine a fixed ~110 cycles
+/// (H200: 1 KB copies streamed at half the rate), so copies are as long as
+/// a ring of a few stages allows. A multiple of 256, so each lane's sum
+/// runs in the order of the other dense kernels.
+const STREAM_KC: u32 = 2048;
+/// Stages of the ring (`GS_MAX_STAGES` at most): 96 KB a block, two in
+/// flight while one is read (measured on the H200 against 5 × 16 KB and
+/// 4 × 16 KB: 210 against 200 and 205 tok/s on Llama-8B bf16).
+const STREAM_STAGES: u32 = 3;
+/// The fewest stages a block must take for the ring to pay: filling and
+/// draining it costs what it saves at the boundary on shorter launches
+/// (H200: Llama-8B's o projection, 8 stages a block, ran 13.4 µs streamed
+/// against 12.4; its q/k/v, 12 stages, 17.3 against 19.2).
+const STREAM_MIN_STAGES: u32 = 12;
+/// The most weight bytes a streamed launch reads: a launch this long
+/// gains nothing from an earlier start, and the other kernel reads faster
+/// (Llama-8B's lm_head at 4.28 TB/s, against 3.85 for the ring's best).
+const STREAM_MAX_BYTES: u64 = 512 << 20;
+/// The most dynamic shared memory a streamed GEMV block takes (set on its
+/// kernels when they load): a ring, x and the row sums, with room for the
+/// next kernel's block beside it on the SM (228 KB, 1 KB of it reserved
+/// a block).
+pub(crate) const STREAM_MAX_SHARED: u32 = 113 * 1024;
+
+/// The dynamic shared memory of a streamed GEMV launch (kernels/gemv_dense.cu's
+/// `gemv_*_stream`, one block an SM), or None where the launch does not
+/// take one: those kernels serve one row of x and one job of bf16/f16
+/// weights (no experts, 16-byte aligned rows), with at least
+/// [`STREAM_MIN_STAGES`] stages a block and at most [`STREAM_MAX_BYTES`],
+/// where ring, x and sums fit, and only while `TURBOSPARK_CUDA_STREAM` is
+/// not `0`.
+fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32) -> Option<u32> {
+    let dense16 = matches!(
+        w,
+        WeightData::Dense {
+            dtype: Dense::Bf16 | Dense::F16,
+            ..
+        }
+    );
+    let aligned = t.w[..t.count as usize].iter().all(|&p| p % 16 == 0);
+    let glu_ok = t.glu == 0 || t.glu >= GLU_SEGS_SILU;
+    if !(be.stream_gemv
+        && dense16
+        && aligned
+        && glu_ok
+        && j.nx == 1
+        && j.jobs == 1
+        && j.experts == 0
+        && j.k.is_multiple_of(8))
+    {
+        return None;
+    }
+    let per_block = rows.div_ceil(be.sm_count);
+    let stages = per_block.div_ceil(8) * j.k.div_ceil(STREAM_KC);
+    if stages < STREAM_MIN_STAGES || u64::from(rows) * u64::from(j.k) * 2 > STREAM_MAX_BYTES {
+        return None;
+    }
+    let ring = STREAM_STAGES * 8 * STREAM_KC * 2;
+    // x (k f32), then a block's row sums (pairs for a glu launch).
+    let shared = ring + 4 * j.k + 4 * (per_block + 1);
+    (shared <= STREAM_MAX_SHARED).then_some(shared)
+}
+
+/// Most bytes a stage of a streamed int8 GEMV holds: 8 of its 4,096-value
+/// rows, 2 of its 14,336-value ones.
+const QX_STREAM_TILE: u32 = 36 * 1024;
+/// `GS_MAX_STAGES` in kernels/stream.cuh.
+const STREAM_MAX_STAGES: u32 = 16;
+
+/// A streamed int8 GEMV launch's geometry: whole rows a stage, stages of
+/// its ring, dynamic shared memory.
+struct QxStream {
+    rows: u32,
+    stages: u32,
+    shared: u32,
+}
+
+/// The geometry of a streamed int8 GEMV (kernels/gemv_grouped_stream.cu:
+/// one block an SM), or None where the launch does not take one: those
+/// kernels serve the integer-activation path (`qx`) of int8 weights on one
+/// row of x and one job (no experts), rows of a multiple of 256 values
+/// (whole 16-byte copies of codes and scales) in 16-byte aligned matrices,
+/// at most [`STREAM_MAX_BYTES`] (the lm_head keeps the `_qx` kernel, which
+/// reads a long launch at ~4 TB/s), with at least two stages of the ring
+/// fitting beside x, and only while `TURBOSPARK_CUDA_STREAM` is not `0`.
+/// Int4 keeps the `_qx` kernels: streamed, it measured slower (H200,
+/// Llama-8B: 313 against 385 tok/s; BENCHMARKS.md, twelfth session).
+fn qx_stream(
+    be: &Cuda,
+    w: &WeightData,
+    t: &GemvSegs,
+    j: &GemvJob,
+    rows: u32,
+    qx: bool,
+) -> Option<QxStream> {
+    let WeightData::Quantized {
+        quant: Quant::Int8, ..
+    } = w
+    else {
+        return None;
+    };
+    let n = t.count as usize;
+    let aligned = t.w[..n].iter().chain(&t.scales[..n]).all(|&p| p % 16 == 0);
+    let glu_ok = t.glu == 0 || t.glu >= GLU_SEGS_SILU;
+    let groups = j.k / 32;
+    // A row's codes (a byte a value) and f16 scales.
+    let row = groups * (32 + 2);
+    if !(be.stream_gemv
+        && qx
+        && aligned
+        && glu_ok
+        && j.nx == 1
+        && j.jobs == 1
+        && j.experts == 0
+        && j.k.is_multiple_of(256)
+        && u64::from(rows) * u64::from(row) <= STREAM_MAX_BYTES)
+    {
+        return None;
+    }
+    // Whole rows a stage; glu pairs need two at least.
+    let r = [8, 4, 2, 1]
+        .into_iter()
+        .find(|&r| r * row <= QX_STREAM_TILE)
+        .filter(|&r| t.glu == 0 || r >= 2)?;
+    let per_block = rows.div_ceil(be.sm_count) + 2;
+    // x's codes and steps, then each row's parts: a set of up to
+    // `QS_ROWS` = 4 rows takes 8 / (r / set) warps.
+    let parts = GEMV_WARPS_PER_BLOCK / (r / r.min(4));
+    let fixed = j.k + groups * 4 + 4 * per_block * parts;
+    let stages = (STREAM_MAX_SHARED.checked_sub(fixed)? / (r * row))
+        .min(STREAM_MAX_STAGES)
+        .min(per_block.div_ceil(r));
+    (stages >= 2).then_some(QxStream {
+        rows: r,
+        stages,
+        shared: stages * r * row + fixed,
+    })
+}
+
+/// Launches the streamed kernel for this GEMV (`table`, `j`: its segments
+/// and job; `rows`: its rows, segments padded; `qx`: whether it takes the
+/// integer-activation path) if one serves it, saying whether it did. Both
+/// kernels take (segments, x, bias dtype, k) and two numbers of their ring:
+/// the dense one values a row a stage and stages, the int8 one whole rows a
+/// stage and stages.
+pub(super) fn launch(
+    be: &Cuda,
+    w: &WeightData,
+    table: &GemvSegs,
+    j: &GemvJob,
+    rows: u32,
+    qx: bool,
+    bias_dt: i32,
+) -> bool {
+    let (f, shared, ring) = if let Some(shared) = stream_shared(be, w, table, j, rows) {
+        let f = match w {
+            WeightData::Dense {
+                dtype: Dense::F16, ..
+            } => &be.k.gemv_f16_stream,
+            _ => &be.k.gemv_bf16_stream,
+        };
+        (f, shared, [STREAM_KC, STREAM_STAGES])
+    } else if let Some(st) = qx_stream(be, w, table, j, rows, qx) {
+        (&be.k.gemv_q8_stream, st.shared, [st.rows, st.stages])
+    } else {
+        return false;
+    };
+    be.launch_shared(
+        f,
+        (1, be.sm_count, 1),
+        STREAM_THREADS,
+        shared,
+        &[
+            Arg::Segs(Box::new(*table)),
+            Arg::Ptr(j.x),
+            Arg::I32(bias_dt),
+            Arg::U32(j.k),
+            Arg::U32(ring[0]),
+            Arg::U32(ring[1]),
+        ],
+    );
+    true
+}
