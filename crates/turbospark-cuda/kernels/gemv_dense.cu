@@ -420,20 +420,7 @@ __device__ __forceinline__ void gemv_stream(const GemvSegs& sg, const float* x, 
         }
     }
     consumers_sync();  // every row's sum in res
-    const u32 unit = pairs ? 2 : 1;  // rows a store (gate/up pairs)
-    for (u32 v = threadIdx.x * unit; v < n; v += GS_WARPS * 32 * unit) {
-        u32 seg = 0, r = 0;
-        seg_of(sg, v0 + v, 1, seg, r);
-        if (pairs) {
-            // Gate row r (segment 0) and up row r (segment 1).
-            const float gv = out_value(res[v], rf, sg.bias[0], bias_dt, r);
-            const float uv = out_value(res[v + 1], rf, sg.bias[1], bias_dt, r);
-            sg.out[0][r] = glu_value(sg, gv, uv);
-        } else {
-            store_out(&pick(sg.out, seg)[r], res[v], rf, pick(sg.bias, seg), bias_dt, r,
-                      sg.accumulate != 0);
-        }
-    }
+    stream_store(sg, pairs, v0, n, rf, bias_dt, [&](u32 v) { return res[v]; });
 }
 #endif  // __CUDA_ARCH__ >= 900
 

@@ -161,25 +161,12 @@ __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* 
         if (lane == 0) mbar_arrive(&empty[slot]);
     }
     consumers_sync();  // every row's parts in res
-    const u32 unit = pairs ? 2 : 1;  // rows a store (gate/up pairs)
-    for (u32 v = threadIdx.x * unit; v < n; v += GS_WARPS * 32 * unit) {
-        auto sum = [&](u32 row) {
-            float s = 0.0f;
-            for (u32 w = 0; w < wpr; w++) s += res[row * wpr + w];
-            return s;
-        };
-        u32 seg = 0, r = 0;
-        seg_of(sg, v0 + v, 1, seg, r);
-        if (pairs) {
-            // Gate row r (segment 0) and up row r (segment 1).
-            const float gv = out_value(sum(v), rf, sg.bias[0], bias_dt, r);
-            const float uv = out_value(sum(v + 1), rf, sg.bias[1], bias_dt, r);
-            sg.out[0][r] = glu_value(sg, gv, uv);
-        } else {
-            store_out(&pick(sg.out, seg)[r], sum(v), rf, pick(sg.bias, seg), bias_dt, r,
-                      sg.accumulate != 0);
-        }
-    }
+    // A row's parts summed in order.
+    stream_store(sg, pairs, v0, n, rf, bias_dt, [&](u32 v) {
+        float s = 0.0f;
+        for (u32 w = 0; w < wpr; w++) s += res[v * wpr + w];
+        return s;
+    });
 }
 #define GEMV_QX_STREAM_BODY(F) gemv_qx_stream<F>(sg, x, bias_dt, k, rows, stages);
 #else

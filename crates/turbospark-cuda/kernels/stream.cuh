@@ -56,7 +56,6 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"r"(GS_WARPS * 32) : "memory");
 }
 
-
 // The virtual rows [v0, v0 + n) that streamed block blockIdx.y takes: the
 // launch's rows (every segment's) split evenly over the blocks along y, in
 // whole gate/up pairs for a glu launch (`pairs`).
@@ -84,5 +83,28 @@ __device__ __forceinline__ void ring_init(u64* full, u64* empty, u32 stages) {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+}
+
+// Each of the block's rows [v0, v0 + n) stored as gemv_store does (the norm
+// factor rf, bias, residual add, or for a glu launch the activation of each
+// gate/up pair), its product `row_sum(v)` for block row v; every consumer
+// thread takes part.
+template <class Sum>
+__device__ __forceinline__ void stream_store(const GemvSegs& sg, bool pairs, u32 v0, u32 n,
+                                             float rf, int bias_dt, Sum row_sum) {
+    const u32 unit = pairs ? 2 : 1;  // rows a store (gate/up pairs)
+    for (u32 v = threadIdx.x * unit; v < n; v += GS_WARPS * 32 * unit) {
+        u32 seg = 0, r = 0;
+        seg_of(sg, v0 + v, 1, seg, r);
+        if (pairs) {
+            // Gate row r (segment 0) and up row r (segment 1).
+            const float gv = out_value(row_sum(v), rf, sg.bias[0], bias_dt, r);
+            const float uv = out_value(row_sum(v + 1), rf, sg.bias[1], bias_dt, r);
+            sg.out[0][r] = glu_value(sg, gv, uv);
+        } else {
+            store_out(&pick(sg.out, seg)[r], row_sum(v), rf, pick(sg.bias, seg), bias_dt, r,
+                      sg.accumulate != 0);
+        }
+    }
 }
 #endif  // __CUDA_ARCH__ >= 900

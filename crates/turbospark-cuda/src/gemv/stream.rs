@@ -39,6 +39,17 @@ const STREAM_MAX_BYTES: u64 = 512 << 20;
 /// a block).
 pub(crate) const STREAM_MAX_SHARED: u32 = 113 * 1024;
 
+/// What both streamed kernels need of a launch: streaming on, one row of x
+/// and one job (no experts), its matrices (codes and scales; dense ones
+/// have no scales, address 0) 16-byte aligned for the bulk copies, and no
+/// activation other than a dense MLP's gate/up pairs.
+fn one_row_ring(be: &Cuda, t: &GemvSegs, j: &GemvJob) -> bool {
+    let n = t.count as usize;
+    let aligned = t.w[..n].iter().chain(&t.scales[..n]).all(|&p| p % 16 == 0);
+    let glu_ok = t.glu == 0 || t.glu >= GLU_SEGS_SILU;
+    be.stream_gemv && aligned && glu_ok && j.nx == 1 && j.jobs == 1 && j.experts == 0
+}
+
 /// The dynamic shared memory of a streamed GEMV launch (kernels/gemv_dense.cu's
 /// `gemv_*_stream`, one block an SM), or None where the launch does not
 /// take one: those kernels serve one row of x and one job of bf16/f16
@@ -54,17 +65,7 @@ fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32
             ..
         }
     );
-    let aligned = t.w[..t.count as usize].iter().all(|&p| p % 16 == 0);
-    let glu_ok = t.glu == 0 || t.glu >= GLU_SEGS_SILU;
-    if !(be.stream_gemv
-        && dense16
-        && aligned
-        && glu_ok
-        && j.nx == 1
-        && j.jobs == 1
-        && j.experts == 0
-        && j.k.is_multiple_of(8))
-    {
+    if !(one_row_ring(be, t, j) && dense16 && j.k.is_multiple_of(8)) {
         return None;
     }
     let per_block = rows.div_ceil(be.sm_count);
@@ -116,19 +117,11 @@ fn qx_stream(
     else {
         return None;
     };
-    let n = t.count as usize;
-    let aligned = t.w[..n].iter().chain(&t.scales[..n]).all(|&p| p % 16 == 0);
-    let glu_ok = t.glu == 0 || t.glu >= GLU_SEGS_SILU;
     let groups = j.k / 32;
     // A row's codes (a byte a value) and f16 scales.
     let row = groups * (32 + 2);
-    if !(be.stream_gemv
+    if !(one_row_ring(be, t, j)
         && qx
-        && aligned
-        && glu_ok
-        && j.nx == 1
-        && j.jobs == 1
-        && j.experts == 0
         && j.k.is_multiple_of(256)
         && u64::from(rows) * u64::from(row) <= STREAM_MAX_BYTES)
     {
