@@ -23,7 +23,7 @@
 // of the groups, a lane a group at a time (its four x words and step, then
 // each row's 32 code bytes and scale); a row's sum per group is exact in
 // integers and scaled as the `_qx` kernels do (Σ_groups (scale · d) · n),
-// the lanes' sums a warp tree, the W parts summed in order. The block's
+// the lanes' sums a tree of shuffles (quad_sum), the W parts summed in order. The block's
 // sums go to shared memory and its outputs are written at the end as the
 // dense streamed kernel writes them.
 
@@ -38,6 +38,27 @@ __device__ __forceinline__ void group_from_shared(const u8* p, typename F::Word*
     const uint4 a = ((const uint4*)p)[0], b = ((const uint4*)p)[1];
     w[0] = make_uint2(a.x, a.y); w[1] = make_uint2(a.z, a.w);
     w[2] = make_uint2(b.x, b.y); w[3] = make_uint2(b.z, b.w);
+}
+
+// The warp's sums of four rows' partials a[0..3] in 6 shuffles where four
+// warp_sums take 20 (a consumer sums its rows once a stage, after one
+// group a lane on 4,096-value rows, so the shuffles were much of its work;
+// H200, Llama-8B int8: 285.0 → 287.7 tok/s, BENCHMARKS.md thirteenth):
+// lanes swap halves (xor 16: rows 0-1 stay in the low half, 2-3 in the
+// high), then single rows (xor 8), so each eight lanes hold one row, which
+// xor 4, 2, 1 sum. Returns row lane / 8's sum, exact in the lanes of its
+// eight; the order of the adds is a tree like warp_sum's, a different one.
+__device__ __forceinline__ float quad_sum(const float (&a)[QS_ROWS], u32 lane) {
+    static_assert(QS_ROWS == 4, "a lane's eighth of the warp holds one row");
+    const bool h16 = lane & 16u, h8 = lane & 8u;
+    float k0 = h16 ? a[2] : a[0], k1 = h16 ? a[3] : a[1];
+    k0 += __shfl_xor_sync(0xffffffffu, h16 ? a[0] : a[2], 16);
+    k1 += __shfl_xor_sync(0xffffffffu, h16 ? a[1] : a[3], 16);
+    float v = h8 ? k1 : k0;
+    v += __shfl_xor_sync(0xffffffffu, h8 ? k0 : k1, 8);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
 // Where virtual row i of a stage of nr rows lies in the stage: in order,
@@ -151,12 +172,10 @@ __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* 
                 }
             }
         }
-#pragma unroll
-        for (u32 r = 0; r < QS_ROWS; r++) {
-            const u32 i = set * grs + r;
-            const float a = warp_sum(acc[r]);
-            if (r < grs && i < nr && lane == 0) res[(t * R + i) * wpr + part] = a;
-        }
+        // Row r's sum in lane 8r (rows past grs summed zeros).
+        const float a = quad_sum(acc, lane);
+        const u32 r = lane >> 3, i = set * grs + r;
+        if ((lane & 7u) == 0 && r < grs && i < nr) res[(t * R + i) * wpr + part] = a;
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[slot]);
     }
@@ -182,9 +201,9 @@ __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* 
 // group load and the zero-point term of the `_qx` kernels; equal to them
 // within 2e-5 in the tests) it read at most ~1.9 TB/s on the H200, even
 // over the 295 MB lm_head (157 µs; ncu: 14% of warp slots active, 1.2
-// instructions a cycle an SM): a stage of 18 KB every 1.3 µs an SM, where
-// the bf16 ring's eight 4 KB copies a stage reach 29 GB/s an SM. Either
-// the copies (one or two long ones a stage, issued in turn by one lane) or
-// the consumers' chain a stage (eight warps in step) limits it; int8, with
-// twice the bytes a value, gained. BENCHMARKS.md, twelfth session.
+// instructions a cycle an SM): Llama-8B int4 313 against 385 tok/s. Neither
+// more copies nor cheaper consumers lifted it (BENCHMARKS.md, twelfth and
+// thirteenth sessions): copies cut into 4 KB pieces over the producer's
+// lanes fell to 234 (int8: 205, against 274 unstreamed), 16-row stages
+// with quad_sum reached 321.
 GEMV_QX_STREAM_KERNEL(gemv_q8_stream, Q8)
