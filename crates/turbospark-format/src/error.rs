@@ -9,6 +9,10 @@ pub enum FormatError {
     Io { path: PathBuf, what: String },
     #[error("{path}: no such file or directory")]
     Missing { path: PathBuf },
+    #[error(
+        "{path}: is a file, not a model directory (config.json with *.safetensors, as downloaded from Hugging Face)"
+    )]
+    NotADirectory { path: PathBuf },
     #[error("{path}: invalid JSON: {what}")]
     Json { path: PathBuf, what: String },
     #[error("config.json: field `{field}`: {what}")]

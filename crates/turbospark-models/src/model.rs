@@ -13,11 +13,12 @@ use crate::loader::{LoadOptions, Loader, Progress};
 
 /// Reads and validates `DIR/config.json` without touching weights.
 pub fn read_spec(dir: &Path) -> Result<ModelSpec> {
+    let path = dir.to_path_buf();
+    if dir.is_file() {
+        return Err(turbospark_format::FormatError::NotADirectory { path }.into());
+    }
     if !dir.is_dir() {
-        return Err(turbospark_format::FormatError::Missing {
-            path: dir.to_path_buf(),
-        }
-        .into());
+        return Err(turbospark_format::FormatError::Missing { path }.into());
     }
     Ok(load_config(dir)?)
 }

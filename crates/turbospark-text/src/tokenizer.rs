@@ -21,8 +21,13 @@ enum Backend {
 
 impl Tokenizer {
     /// Loads `dir/tokenizer.json`; without one, a gpt-oss directory
-    /// (config.json's `model_type` is `gpt_oss`) gets o200k_harmony.
+    /// (config.json's `model_type` is `gpt_oss`) gets o200k_harmony. A path
+    /// to a file is taken as the tokenizer.json itself (`tokenize --model
+    /// path/to/tokenizer.json`, as Hugging Face's `Tokenizer.from_file`).
     pub fn from_dir(dir: &Path) -> Result<Tokenizer> {
+        if dir.is_file() {
+            return Self::from_file(dir);
+        }
         match Self::find(dir)? {
             Some(tok) => Ok(tok),
             None => Err(TextError::Missing {

@@ -151,4 +151,21 @@ fn missing_or_broken_tokenizer_names_the_file() {
             .contains("tokenizer.json: cannot load tokenizer"),
         "{err}"
     );
+
+    // A file in place of the directory is read as the tokenizer.json.
+    let file = vocab_dir("gpt-2").join("tokenizer.json");
+    let direct = Tokenizer::from_dir(&file).unwrap();
+    assert_eq!(
+        direct.encode("Hello world", false).unwrap(),
+        load("gpt-2").encode("Hello world", false).unwrap()
+    );
+    let not_json = dir.path().join("notes.txt");
+    std::fs::write(&not_json, "not a tokenizer").unwrap();
+    let Err(err) = Tokenizer::from_dir(&not_json) else {
+        panic!("loaded a tokenizer from a text file");
+    };
+    assert!(
+        err.to_string().contains("notes.txt: cannot load tokenizer"),
+        "{err}"
+    );
 }

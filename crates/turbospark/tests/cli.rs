@@ -176,6 +176,8 @@ fn bad_input_is_one_line_and_exit_2() {
         ])
     };
     assert_clean_error(&run(Path::new("/no/such/model"), "1"), "/no/such/model");
+    let weights = fixture("qwen2-bias").join("model.safetensors");
+    assert_clean_error(&run(&weights, "1"), "is a file, not a model directory");
     assert_clean_error(&run(&fixture("qwen2-bias"), "1,4000"), "token id 4000");
     let no_weights = broken_copy("qwen2-bias", |d| {
         std::fs::remove_file(d.join("model.safetensors")).unwrap()
