@@ -208,6 +208,7 @@ pub struct InspectArgs {
 
 #[derive(Args)]
 pub struct TokenizeArgs {
+    /// A model directory, or a tokenizer.json file itself.
     #[arg(long, short = 'm')]
     pub model: PathBuf,
     /// Text to tokenize.
