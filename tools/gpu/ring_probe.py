@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Measures the bulk-copy ring of the streamed GEMVs in isolation (run on the
+GPU machine from the repository root: `python3 tools/gpu/ring_probe.py`;
+needs torch for memory and timing, NVRTC and the driver through ctypes).
+
+Prints one line a configuration: microseconds a launch (best of five), the
+whole GPU's read rate and each SM's. See ring_probe.cu for the question.
+`--quick` runs the few configurations that decide the next design.
+"""
+import ctypes
+import ctypes.util
+import os
+import sys
+
+import torch
+
+KERNELS = "crates/turbospark-cuda/kernels"
+SOURCES = [f"{KERNELS}/common.cuh", f"{KERNELS}/gemv_common.cuh", f"{KERNELS}/stream.cuh",
+           "tools/gpu/ring_probe.cu"]
+
+
+def load_lib(names):
+    for n in names:
+        try:
+            return ctypes.CDLL(n)
+        except OSError:
+            pass
+    found = ctypes.util.find_library(names[0].split(".so")[0].removeprefix("lib"))
+    if found:
+        return ctypes.CDLL(found)
+    sys.exit(f"cannot load any of {names}")
+
+
+def ptx_of(src: bytes) -> bytes:
+    nvrtc = load_lib(["libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"])
+    prog = ctypes.c_void_p()
+    assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"probe.cu", 0, None, None) == 0
+    opts = [b"--gpu-architecture=compute_90", b"--std=c++17"]
+    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    n = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+    log = ctypes.create_string_buffer(n.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    if rc:
+        sys.exit(f"NVRTC: {log.value.decode()}")
+    nvrtc.nvrtcGetPTXSize(prog, ctypes.byref(n))
+    ptx = ctypes.create_string_buffer(n.value)
+    nvrtc.nvrtcGetPTX(prog, ptx)
+    return ptx.value
+
+
+class Kernels:
+    def __init__(self):
+        torch.zeros(1, device="cuda")  # makes torch's context current
+        self.cu = load_lib(["libcuda.so.1", "libcuda.so"])
+        src = "".join(open(f).read() + "\n" for f in SOURCES).encode()
+        mod = ctypes.c_void_p()
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(mod), ptx_of(src)), "cuModuleLoadData")
+        self.fns = {}
+        for name in (b"ring_probe", b"load_probe"):
+            f = ctypes.c_void_p()
+            self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), mod, name), name)
+            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self.check(self.cu.cuFuncSetAttribute(f, 8, 200 * 1024), "cuFuncSetAttribute")
+            self.fns[name.decode()] = f
+
+    def check(self, rc, what):
+        if rc != 0:
+            sys.exit(f"{what}: CUDA error {rc}")
+
+    def launch(self, name, grid, block, shared, args):
+        vals = [a if isinstance(a, (ctypes.c_uint64, ctypes.c_uint32)) else ctypes.c_uint64(a)
+                for a in args]
+        params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
+                                                 for v in vals])
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.cu.cuLaunchKernel(self.fns[name], grid, 1, 1, block, 1, 1, shared, stream,
+                                          params, None), f"launch {name}")
+
+
+def timed(k, launch, reps=5):
+    best = float("inf")
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        launch()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) * 1e3)
+    return best
+
+
+def main():
+    quick = "--quick" in sys.argv
+    k = Kernels()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    per_block = 4 << 20  # 4 MB a block: ~550 MB a launch, ~140 µs at 4 TB/s
+    buf = torch.empty(sms * per_block + (1 << 20), dtype=torch.uint8, device="cuda")
+    buf.random_(0, 255)
+    sink = torch.zeros(1, device="cuda")
+    threads = 32 * 9  # GS_THREADS
+
+    def report(label, us, total):
+        print(f"{label:<58} {us:9.1f} µs {total / us / 1e6:6.2f} TB/s "
+              f"{total / us / 1e3 / sms:6.1f} GB/s/SM", flush=True)
+
+    def ring(stage, copies, stages, spread=0, consume=1, pb=per_block, blocks=sms):
+        u32 = ctypes.c_uint32
+        args = [buf.data_ptr(), ctypes.c_uint64(pb), u32(stage), u32(copies), u32(stages),
+                u32(spread), u32(consume), sink.data_ptr()]
+        us = timed(k, lambda: k.launch("ring_probe", blocks, threads, stage * stages, args))
+        pb_used = pb // stage * stage
+        report(f"ring stage {stage >> 10} KB x{stages}, {copies} copies"
+               f"{' spread' if spread else ''}{'' if consume else ', no reads'}"
+               f"{'' if blocks == sms else f', {blocks} blocks'}"
+               f"{'' if pb == per_block else f', {pb >> 10} KB a block'}", us, blocks * pb_used)
+
+    def loads(warps, depth, blocks):
+        pb = sms * per_block // blocks
+        args = [buf.data_ptr(), ctypes.c_uint64(pb), ctypes.c_uint32(depth), sink.data_ptr()]
+        us = timed(k, lambda: k.launch("load_probe", blocks, 32 * warps, 0, args))
+        report(f"registers: {blocks} blocks x {warps} warps, {depth} loads in flight", us,
+               blocks * pb)
+
+    torch.cuda.synchronize()
+    # The GEMVs' own shapes first: int8 at k = 4,096 (34 KB stages, 3 deep,
+    # 2 copies of which one is 16x the other; here 2 equal ones) and int4
+    # (18 KB, 5 deep); the bf16 ring (32 KB, 3 deep, 8 copies over lanes).
+    ring(32 << 10, 2, 3)
+    ring(16 << 10, 2, 5)
+    ring(32 << 10, 8, 3, spread=1)
+    ring(32 << 10, 2, 3, consume=0)
+    ring(16 << 10, 2, 5, consume=0)
+    loads(8, 4, sms)
+    loads(8, 4, 2 * sms)
+    loads(16, 4, 2 * sms)
+    # Short launches: q/k/v's ~100 KB a block.
+    ring(16 << 10, 2, 5, pb=112 << 10)
+    ring(32 << 10, 8, 3, spread=1, pb=128 << 10)
+    if quick:
+        return
+    for stage in (4 << 10, 8 << 10, 16 << 10, 32 << 10):
+        for stages in (2, 3, 4, 6, 8, 12, 16):
+            if stage * stages <= 192 << 10:
+                ring(stage, 1, stages)
+    for copies in (1, 2, 4, 8, 16):
+        ring(32 << 10, copies, 4)
+        ring(32 << 10, copies, 4, spread=1)
+    ring(16 << 10, 2, 3, blocks=2 * sms, pb=per_block // 2)
+    for depth in (1, 2, 4, 8):
+        loads(8, depth, 2 * sms)
+        loads(32, depth, sms)
+
+
+if __name__ == "__main__":
+    main()
