@@ -11,11 +11,14 @@
 
 // Each block streams its own `per_block` bytes of `src` through `stages`
 // stages of `stage_bytes`, each stage as `copies` equal bulk copies, issued
-// by producer lane 0 (`spread` 0) or lane c % 32 (`spread` 1). Consumers
+// (`issue`) 0: by lane 0 alone, one after another, the other lanes gone
+// (gemv_q8_stream); 1: all lanes walking the copies, copy c issued by lane
+// c % 32 in an instruction of its own (the pieces experiment); 2: copy c
+// by lane c, all in one instruction (gemv_bf16_stream; copies <= 32). Consumers
 // either release a stage at once (`consume` 0) or first read all of it
 // with 16-byte shared loads (`consume` 1, a sum kept live via `sink`).
 extern "C" __global__ void __launch_bounds__(GS_THREADS, 1)
-    ring_probe(const u8* src, u64 per_block, u32 stage_bytes, u32 copies, u32 stages, u32 spread,
+    ring_probe(const u8* src, u64 per_block, u32 stage_bytes, u32 copies, u32 stages, u32 issue,
                u32 consume, float* sink) {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ uint4 ring4[];
@@ -26,16 +29,28 @@ extern "C" __global__ void __launch_bounds__(GS_THREADS, 1)
     const u8* base = src + blockIdx.x * per_block;
     const u32 tiles = (u32)(per_block / stage_bytes), piece = stage_bytes / copies;
     if (warp == GS_WARPS) {
+        if (issue == 0 && lane != 0) return;
         for (u32 t = 0; t < tiles; t++) {
             const u32 slot = t % stages;
             if (t >= stages) mbar_wait(&empty[slot], (t / stages - 1) & 1u);
             if (lane == 0) mbar_expect(&full[slot], stage_bytes);
-            __syncwarp();
-            for (u32 c = 0; c < copies; c++) {
-                if ((spread ? c % 32u : 0u) == lane) {
-                    bulk_copy(ring + slot * stage_bytes + c * piece,
-                              base + (u64)t * stage_bytes + c * piece, piece, &full[slot]);
+            u8* dst = ring + slot * stage_bytes;
+            const u8* from = base + (u64)t * stage_bytes;
+            if (issue == 0) {
+                for (u32 c = 0; c < copies; c++) {
+                    bulk_copy(dst + c * piece, from + c * piece, piece, &full[slot]);
                 }
+                continue;
+            }
+            __syncwarp();  // the expected bytes before any copy completes
+            if (issue == 2) {
+                if (lane < copies) {
+                    bulk_copy(dst + lane * piece, from + lane * piece, piece, &full[slot]);
+                }
+                continue;
+            }
+            for (u32 c = 0; c < copies; c++) {
+                if (c % 32u == lane) bulk_copy(dst + c * piece, from + c * piece, piece, &full[slot]);
             }
         }
         return;

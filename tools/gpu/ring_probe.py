@@ -14,6 +14,8 @@ import sys
 
 import torch
 
+# How a stage's copies are issued (ring_probe.cu's `issue`).
+ISSUE = ["", " from lanes in turn", " in one instruction"]
 KERNELS = "crates/turbospark-cuda/kernels"
 SOURCES = [f"{KERNELS}/common.cuh", f"{KERNELS}/gemv_common.cuh", f"{KERNELS}/stream.cuh",
            "tools/gpu/ring_probe.cu"]
@@ -104,14 +106,14 @@ def main():
         print(f"{label:<58} {us:9.1f} µs {total / us / 1e6:6.2f} TB/s "
               f"{total / us / 1e3 / sms:6.1f} GB/s/SM", flush=True)
 
-    def ring(stage, copies, stages, spread=0, consume=1, pb=per_block, blocks=sms):
+    def ring(stage, copies, stages, issue=0, consume=1, pb=per_block, blocks=sms):
         u32 = ctypes.c_uint32
         args = [buf.data_ptr(), ctypes.c_uint64(pb), u32(stage), u32(copies), u32(stages),
-                u32(spread), u32(consume), sink.data_ptr()]
+                u32(issue), u32(consume), sink.data_ptr()]
         us = timed(k, lambda: k.launch("ring_probe", blocks, threads, stage * stages, args))
         pb_used = pb // stage * stage
         report(f"ring stage {stage >> 10} KB x{stages}, {copies} copies"
-               f"{' spread' if spread else ''}{'' if consume else ', no reads'}"
+               f"{ISSUE[issue]}{'' if consume else ', no reads'}"
                f"{'' if blocks == sms else f', {blocks} blocks'}"
                f"{'' if pb == per_block else f', {pb >> 10} KB a block'}", us, blocks * pb_used)
 
@@ -128,7 +130,10 @@ def main():
     # (18 KB, 5 deep); the bf16 ring (32 KB, 3 deep, 8 copies over lanes).
     ring(32 << 10, 2, 3)
     ring(16 << 10, 2, 5)
-    ring(32 << 10, 8, 3, spread=1)
+    ring(32 << 10, 8, 3, issue=2)
+    ring(32 << 10, 2, 3, issue=2)
+    ring(32 << 10, 2, 3, issue=1)
+    ring(32 << 10, 8, 3)
     ring(32 << 10, 2, 3, consume=0)
     ring(16 << 10, 2, 5, consume=0)
     loads(8, 4, sms)
@@ -136,7 +141,7 @@ def main():
     loads(16, 4, 2 * sms)
     # Short launches: q/k/v's ~100 KB a block.
     ring(16 << 10, 2, 5, pb=112 << 10)
-    ring(32 << 10, 8, 3, spread=1, pb=128 << 10)
+    ring(32 << 10, 8, 3, issue=2, pb=128 << 10)
     if quick:
         return
     for stage in (4 << 10, 8 << 10, 16 << 10, 32 << 10):
@@ -144,8 +149,8 @@ def main():
             if stage * stages <= 192 << 10:
                 ring(stage, 1, stages)
     for copies in (1, 2, 4, 8, 16):
-        ring(32 << 10, copies, 4)
-        ring(32 << 10, copies, 4, spread=1)
+        for issue in (0, 1, 2):
+            ring(32 << 10, copies, 4, issue=issue)
     ring(16 << 10, 2, 3, blocks=2 * sms, pb=per_block // 2)
     for depth in (1, 2, 4, 8):
         loads(8, depth, 2 * sms)
