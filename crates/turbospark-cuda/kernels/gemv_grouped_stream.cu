@@ -23,9 +23,9 @@
 // of the groups, a lane a group at a time (its four x words and step, then
 // each row's 32 code bytes and scale); a row's sum per group is exact in
 // integers and scaled as the `_qx` kernels do (Σ_groups (scale · d) · n),
-// the lanes' sums a tree of shuffles (quad_sum), the W parts summed in order. The block's
-// sums go to shared memory and its outputs are written at the end as the
-// dense streamed kernel writes them.
+// the lanes' sums a tree of shuffles (quad_sum), the W parts summed in
+// order. The block's sums go to shared memory and its outputs are written
+// at the end as the dense streamed kernel writes them.
 
 #define QS_ROWS 4
 
@@ -46,8 +46,8 @@ __device__ __forceinline__ void group_from_shared(const u8* p, typename F::Word*
 // H200, Llama-8B int8: 285.0 → 287.7 tok/s, BENCHMARKS.md thirteenth):
 // lanes swap halves (xor 16: rows 0-1 stay in the low half, 2-3 in the
 // high), then single rows (xor 8), so each eight lanes hold one row, which
-// xor 4, 2, 1 sum. Returns row lane / 8's sum, exact in the lanes of its
-// eight; the order of the adds is a tree like warp_sum's, a different one.
+// xor 4, 2, 1 sum. Returns row lane / 8's sum (every lane of the eight
+// holds it), added in a different tree order than warp_sum's.
 __device__ __forceinline__ float quad_sum(const float (&a)[QS_ROWS], u32 lane) {
     static_assert(QS_ROWS == 4, "a lane's eighth of the warp holds one row");
     const bool h16 = lane & 16u, h8 = lane & 8u;
