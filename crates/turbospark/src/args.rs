@@ -86,7 +86,8 @@ pub struct SamplingArgs {
     #[arg(long, short = 'n', default_value_t = 256)]
     pub max_tokens: usize,
     /// 0 = greedy. Default: generation_config.json's when it samples, else greedy.
-    #[arg(long)]
+    /// (Negative values are greedy too, as in llama.cpp.)
+    #[arg(long, allow_negative_numbers = true)]
     pub temperature: Option<f32>,
     #[arg(long)]
     pub top_k: Option<usize>,
@@ -96,9 +97,11 @@ pub struct SamplingArgs {
     pub min_p: Option<f32>,
     #[arg(long, alias = "repeat-penalty")]
     pub repetition_penalty: Option<f32>,
-    #[arg(long, default_value_t = 0.0)]
+    /// OpenAI's additive penalties, in [-2, 2]: negative values favour
+    /// tokens already generated.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     #[arg(long, short = 's', default_value_t = 0)]
     pub seed: u64,

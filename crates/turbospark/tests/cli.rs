@@ -90,6 +90,45 @@ fn run_json_reproduces_the_greedy_reference_for_every_family() {
     }
 }
 
+/// Negative sampling values are values, not flags, as llama.cpp takes
+/// them: a negative temperature is greedy, and OpenAI's penalties go down
+/// to -2.
+#[test]
+fn negative_sampling_values_parse() {
+    let r = reference("qwen2-bias");
+    let dir = fixture("qwen2-bias");
+    let prompt = csv(&ids(&r["tokens"]));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt-tokens",
+            &prompt,
+            "--max-tokens",
+            "16",
+            "--ignore-eos",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = turbospark(&args);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids(&json["tokens"])
+    };
+    assert_eq!(run(&["--temperature", "-1"]), ids(&r["greedy"]));
+    // The spaced form reads the same numbers as the `=` form.
+    let spaced = run(&["--presence-penalty", "-2", "--frequency-penalty", "-0.5"]);
+    let joined = run(&["--presence-penalty=-2", "--frequency-penalty=-0.5"]);
+    assert_eq!(spaced, joined);
+    // They took effect: favouring seen tokens leaves the greedy path.
+    assert_ne!(spaced, ids(&r["greedy"]));
+}
+
 #[test]
 fn logits_writes_every_position_as_npy() {
     let tmp = tempfile::tempdir().unwrap();
