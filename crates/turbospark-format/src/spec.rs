@@ -96,6 +96,39 @@ pub enum RopeScaling {
     },
 }
 
+/// One line for `inspect`: the method, its factor, then its parameters.
+impl std::fmt::Display for RopeScaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RopeScaling::None => write!(f, "plain"),
+            RopeScaling::Linear { factor } => write!(f, "linear x{factor}"),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_positions,
+            } => write!(
+                f,
+                "llama3 x{factor} (original context {original_max_positions}, \
+                 low/high frequency factors {low_freq_factor}/{high_freq_factor})"
+            ),
+            RopeScaling::Yarn {
+                factor,
+                beta_fast,
+                beta_slow,
+                original_max_positions,
+                truncate,
+                attention_factor,
+            } => write!(
+                f,
+                "yarn x{factor} (original context {original_max_positions}, \
+                 beta fast/slow {beta_fast}/{beta_slow}, attention factor {attention_factor:.4}{})",
+                if *truncate { "" } else { ", not truncated" }
+            ),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeSpec {
     pub theta: f64,

@@ -129,6 +129,46 @@ fn negative_sampling_values_parse() {
     assert_ne!(spaced, ids(&r["greedy"]));
 }
 
+/// `inspect` reads config.json and the checkpoint's headers only: the
+/// demo model's shape, its MXFP4 experts, YaRN and its memory, line by line.
+#[test]
+fn inspect_describes_the_demo_model() {
+    let out = turbospark(&[
+        "inspect",
+        root().join("models/rust-docs-gpt-oss").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for line in [
+        "architecture    gpt_oss",
+        "layers          6 (3 sliding, 3 full)",
+        "attention       8 query heads, 2 KV heads, head_dim 64",
+        "experts         8 (top-2), width 320, MXFP4",
+        "vocabulary      8192",
+        "rope            theta 150000, yarn x4 (original context 512, beta fast/slow 32/1, \
+         attention factor 1.1386, not truncated)",
+        // 3 full layers x 2 KV heads x 64 x (K, V) x 4 bytes = 3 KiB a token.
+        "KV cache        3.00 MiB per 1k tokens; 6.00 MiB at 2048 tokens \
+         (full layers; the 3 sliding layers keep fixed rings)",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
+    }
+    let rope = String::from_utf8(
+        turbospark(&["inspect", fixture("llama3-rope").to_str().unwrap()]).stdout,
+    )
+    .unwrap();
+    assert!(
+        rope.contains(
+            "theta 10000, llama3 x8 (original context 16, low/high frequency factors 1/4)"
+        ),
+        "{rope}"
+    );
+}
+
 #[test]
 fn logits_writes_every_position_as_npy() {
     let tmp = tempfile::tempdir().unwrap();

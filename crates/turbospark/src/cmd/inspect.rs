@@ -63,7 +63,7 @@ pub fn main(a: InspectArgs) -> Result<()> {
     println!("vocabulary      {}", spec.vocab_size);
     println!("context         {}", spec.max_positions);
     println!(
-        "rope            theta {} {:?}",
+        "rope            theta {}, {}",
         spec.rope.theta, spec.rope.scaling
     );
     println!("tied embeddings {}", spec.tie_embeddings);
@@ -82,8 +82,15 @@ pub fn main(a: InspectArgs) -> Result<()> {
     let kv_per_token = (2 * spec.kv_dim() * 4 * (spec.num_layers - sliding)) as f64;
     let ctx = spec.max_positions.min(8192) as f64;
     println!("weights memory  {}", bytes(weights));
+    // Sliding layers keep a ring of window + prefill-chunk rows whatever the
+    // context (kv_cache.rs), so they do not grow with it.
+    let rings = if sliding > 0 {
+        format!(" (full layers; the {sliding} sliding layers keep fixed rings)")
+    } else {
+        String::new()
+    };
     println!(
-        "KV cache        {} per 1k tokens; {} at {} tokens",
+        "KV cache        {} per 1k tokens; {} at {} tokens{rings}",
         bytes(kv_per_token * 1024.0),
         bytes(kv_per_token * ctx),
         ctx
