@@ -471,4 +471,21 @@ fn bench_refuses_unknown_presets_and_two_model_sources() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--synthetic"), "{err}");
+    // Longer than the model's positions: refused before loading, for a
+    // directory (the demo model: 2,048) and for a preset (131,072).
+    let demo = root().join("models/rust-docs-gpt-oss");
+    let demo = demo.to_str().unwrap();
+    let bench = |source: &[&str], len: &str| {
+        let mut args = vec!["bench", "--device", "cpu", "--prompt-len", len];
+        args.extend_from_slice(source);
+        turbospark(&args)
+    };
+    assert_clean_error(
+        &bench(&["--model", demo], "2017"),
+        "--prompt-len 2017 + --gen-len 32 = 2049 positions, but the model has 2048",
+    );
+    assert_clean_error(
+        &bench(&["--synthetic", "llama-3.2-1b", "--layers", "1"], "131041"),
+        "= 131073 positions, but the model has 131072",
+    );
 }

@@ -48,14 +48,19 @@ pub fn main(a: BenchArgs) -> Result<()> {
 
 fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()> {
     init_threads(&a.model);
+    let synthetic = match a.synthetic {
+        Some(preset) => Some(SyntheticModel::new(preset, a.layers, SYNTHETIC_SEED)?),
+        None => None,
+    };
+    match &synthetic {
+        Some(m) => fits_context(a, &m.spec)?,
+        None => fits_context(a, &turbospark_models::read_spec(&a.model.dir())?)?,
+    }
     // Before loading: the copy buffers must not compete with the weights
     // for memory, and are freed before they arrive.
     let copy_bandwidth = be.copy_bandwidth()?;
-    let (engine, model_name) = match a.synthetic {
-        Some(preset) => {
-            let m = SyntheticModel::new(preset, a.layers, SYNTHETIC_SEED)?;
-            (load_synthetic(be, &m, &a.model)?, m.label())
-        }
+    let (engine, model_name) = match &synthetic {
+        Some(m) => (load_synthetic(be, m, &a.model)?, m.label()),
         None => (
             load_engine(be, &a.model)?,
             a.model.dir().display().to_string(),
@@ -214,6 +219,23 @@ fn load_synthetic<B: Backend + 'static>(
         gen_config: GenerationConfig::default(),
         dir: PathBuf::from(m.label()),
     })
+}
+
+/// Refuses, before any weight is loaded, a run longer than the positions
+/// the model was made for (its config's `max_position_embeddings`), as
+/// `run` refuses a prompt past its context.
+fn fits_context(a: &BenchArgs, spec: &ModelSpec) -> Result<()> {
+    let needed = a.prompt_len.max(1) + a.gen_len;
+    if needed > spec.max_positions {
+        anyhow::bail!(
+            "--prompt-len {} + --gen-len {} = {needed} positions, but the model has {} \
+             (max_position_embeddings)",
+            a.prompt_len,
+            a.gen_len,
+            spec.max_positions
+        );
+    }
+    Ok(())
 }
 
 /// KV bytes one decode step reads with `context` positions filled (its
