@@ -54,7 +54,8 @@ pub struct ModelArgs {
     /// CPU threads (default: all cores).
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
-    /// Context length in tokens (default: the model's, at most 8192).
+    /// Context length in tokens (default: the model's, at most 8192; never past
+    /// its max_position_embeddings).
     #[arg(long, short = 'c')]
     pub context: Option<usize>,
     /// Quantize the projection weights at load (weight-only, per-32 scales).

@@ -258,6 +258,32 @@ fn bad_input_is_one_line_and_exit_2() {
     let weights = fixture("qwen2-bias").join("model.safetensors");
     assert_clean_error(&run(&weights, "1"), "is a file, not a model directory");
     assert_clean_error(&run(&fixture("qwen2-bias"), "1,4000"), "token id 4000");
+    // A context past the model's positions (the demo model: 2,048), for
+    // generation and for perplexity.
+    let demo = root().join("models/rust-docs-gpt-oss");
+    let demo = demo.to_str().unwrap();
+    let long = "--context 4096 is longer than the model's 2048 positions";
+    let prompt = [
+        "run",
+        "--model",
+        demo,
+        "--prompt",
+        "fn",
+        "--context",
+        "4096",
+    ];
+    assert_clean_error(&turbospark(&prompt), long);
+    let readme = root().join("README.md");
+    let score = [
+        "perplexity",
+        "--model",
+        demo,
+        "--text-file",
+        readme.to_str().unwrap(),
+        "--context",
+        "4096",
+    ];
+    assert_clean_error(&turbospark(&score), long);
     let no_weights = broken_copy("qwen2-bias", |d| {
         std::fs::remove_file(d.join("model.safetensors")).unwrap()
     });

@@ -126,9 +126,27 @@ pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engi
 
 /// The context to allocate: `--context`, else the model's own limit capped
 /// at 8192 (the KV cache is allocated up front).
-pub fn context_len<B: Backend + 'static>(args: &ModelArgs, engine: &Engine<B>) -> usize {
-    args.context
-        .unwrap_or_else(|| engine.model.spec().max_positions.min(8192))
+pub fn context_len<B: Backend + 'static>(args: &ModelArgs, engine: &Engine<B>) -> Result<usize> {
+    context_or(args, engine, 8192)
+}
+
+/// `--context`, or the model's positions capped at `default`. A context
+/// past the positions the model was made for (config.json's
+/// `max_position_embeddings`, which already counts its RoPE scaling) is
+/// refused: its logits there are not the model's.
+pub fn context_or<B: Backend + 'static>(
+    args: &ModelArgs,
+    engine: &Engine<B>,
+    default: usize,
+) -> Result<usize> {
+    let max = engine.model.spec().max_positions;
+    match args.context {
+        Some(c) if c > max => anyhow::bail!(
+            "--context {c} is longer than the model's {max} positions (max_position_embeddings)"
+        ),
+        Some(c) => Ok(c),
+        None => Ok(max.min(default)),
+    }
 }
 
 /// Flags over generation_config.json's defaults. Like transformers, the

@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use turbospark_backend::Backend;
 use turbospark_engine::Engine;
 
-use super::with_engine;
+use super::{context_or, with_engine};
 use crate::args::PerplexityArgs;
 
 pub fn main(a: PerplexityArgs) -> Result<()> {
@@ -16,7 +16,7 @@ fn on<B: Backend + 'static>(a: &PerplexityArgs, engine: &Engine<B>) -> Result<()
     let text = std::fs::read_to_string(&a.text_file)
         .with_context(|| format!("{}: cannot read", a.text_file.display()))?;
     let tokens = engine.tokenizer()?.encode(&text, false)?;
-    let context = a.model.context.unwrap_or(512);
+    let context = context_or(&a.model, engine, 512)?;
     let p = engine.perplexity(&tokens, context)?;
     if a.json {
         println!("{}", serde_json::to_string(&p)?);
