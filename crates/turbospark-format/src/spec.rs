@@ -238,6 +238,26 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
+    /// The longest context the model is made for: config.json's
+    /// `max_position_embeddings`, or what its RoPE scaling reaches when that
+    /// is more, as vLLM derives it. YaRN reaches factor × its original
+    /// context (Qwen's recipe adds a factor 4 over 32,768 and leaves
+    /// `max_position_embeddings` at 32,768); linear scaling stretches the
+    /// positions given; Llama 3's `max_position_embeddings` already is the
+    /// scaled context (3.2's factor 32 over 8,192 would overshoot it).
+    pub fn context_limit(&self) -> usize {
+        let scaled = match self.rope.scaling {
+            RopeScaling::None | RopeScaling::Llama3 { .. } => 0.0,
+            RopeScaling::Linear { factor } => factor * self.max_positions as f64,
+            RopeScaling::Yarn {
+                factor,
+                original_max_positions,
+                ..
+            } => factor * original_max_positions,
+        };
+        self.max_positions.max(scaled as usize)
+    }
+
     pub fn q_dim(&self) -> usize {
         self.num_heads * self.head_dim
     }
@@ -278,5 +298,52 @@ impl ModelSpec {
         let emb = self.vocab_size as u64 * h;
         let head = if self.tie_embeddings { 0 } else { emb };
         emb + head + h + layer * self.num_layers as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse_config;
+
+    /// A Llama-shaped config.json with `extra` fields.
+    fn limit(extra: &str) -> usize {
+        parse_config(&format!(
+            r#"{{"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+            "vocab_size": 256, "intermediate_size": 128, {extra}}}"#
+        ))
+        .unwrap()
+        .context_limit()
+    }
+
+    #[test]
+    fn context_limit_follows_vllm() {
+        assert_eq!(limit(r#""max_position_embeddings": 2048"#), 2048);
+        // Llama 3.2: factor 32 over 8,192 would be 262,144; the config's
+        // 131,072 is the scaled context.
+        assert_eq!(
+            limit(
+                r#""max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3",
+                "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}"#
+            ),
+            131_072
+        );
+        // Qwen's YaRN recipe: factor 4 over 32,768, max_position_embeddings
+        // left at 32,768.
+        assert_eq!(
+            limit(
+                r#""max_position_embeddings": 32768, "rope_scaling": {"rope_type": "yarn",
+                "factor": 4.0, "original_max_position_embeddings": 32768}"#
+            ),
+            131_072
+        );
+        assert_eq!(
+            limit(
+                r#""max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear",
+                "factor": 2.0}"#
+            ),
+            8192
+        );
     }
 }

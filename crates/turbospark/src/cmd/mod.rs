@@ -131,18 +131,19 @@ pub fn context_len<B: Backend + 'static>(args: &ModelArgs, engine: &Engine<B>) -
 }
 
 /// `--context`, or the model's positions capped at `default`. A context
-/// past the positions the model was made for (config.json's
-/// `max_position_embeddings`, which already counts its RoPE scaling) is
-/// refused: its logits there are not the model's.
+/// past the positions the model was made for (`ModelSpec::context_limit`:
+/// max_position_embeddings, or its RoPE scaling's reach) is refused: its
+/// logits there are not the model's.
 pub fn context_or<B: Backend + 'static>(
     args: &ModelArgs,
     engine: &Engine<B>,
     default: usize,
 ) -> Result<usize> {
-    let max = engine.model.spec().max_positions;
+    let max = engine.model.spec().context_limit();
     match args.context {
         Some(c) if c > max => anyhow::bail!(
-            "--context {c} is longer than the model's {max} positions (max_position_embeddings)"
+            "--context {c} is longer than the model's {max} positions \
+             (max_position_embeddings and RoPE scaling)"
         ),
         Some(c) => Ok(c),
         None => Ok(max.min(default)),

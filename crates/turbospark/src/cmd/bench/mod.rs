@@ -222,17 +222,17 @@ fn load_synthetic<B: Backend + 'static>(
 }
 
 /// Refuses, before any weight is loaded, a run longer than the positions
-/// the model was made for (its config's `max_position_embeddings`), as
-/// `run` refuses a prompt past its context.
+/// the model was made for (`ModelSpec::context_limit`), as `run` refuses a
+/// context past them.
 fn fits_context(a: &BenchArgs, spec: &ModelSpec) -> Result<()> {
     let needed = a.prompt_len.max(1) + a.gen_len;
-    if needed > spec.max_positions {
+    if needed > spec.context_limit() {
         anyhow::bail!(
             "--prompt-len {} + --gen-len {} = {needed} positions, but the model has {} \
-             (max_position_embeddings)",
+             (max_position_embeddings and RoPE scaling)",
             a.prompt_len,
             a.gen_len,
-            spec.max_positions
+            spec.context_limit()
         );
     }
     Ok(())
