@@ -102,13 +102,24 @@ impl<B: Backend + 'static> Engine<B> {
         messages: &[Message],
         extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<Vec<u32>> {
-        let template = self.template.as_ref().ok_or_else(|| {
+        let text = self.chat_template()?.render(messages, true, None, extra)?;
+        Ok(self.tokenizer()?.encode(&text, false)?)
+    }
+
+    /// Whether conversations can be encoded (a chat template and a
+    /// tokenizer), so that `chat` can say so before its first prompt.
+    pub fn check_chat(&self) -> Result<()> {
+        self.chat_template()?;
+        self.tokenizer().map(drop)
+    }
+
+    fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.template.as_ref().ok_or_else(|| {
             EngineError::Usage(format!(
-                "{}: no chat template (chat_template.jinja or tokenizer_config.json); drop --chat",
+                "{}: no chat template (chat_template.jinja or tokenizer_config.json); \
+                 generate from plain text with `turbospark run --prompt` (without --chat)",
                 self.dir.display()
             ))
-        })?;
-        let text = template.render(messages, true, None, extra)?;
-        Ok(self.tokenizer()?.encode(&text, false)?)
+        })
     }
 }

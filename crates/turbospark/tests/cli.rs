@@ -258,6 +258,13 @@ fn bad_input_is_one_line_and_exit_2() {
     let weights = fixture("qwen2-bias").join("model.safetensors");
     assert_clean_error(&run(&weights, "1"), "is a file, not a model directory");
     assert_clean_error(&run(&fixture("qwen2-bias"), "1,4000"), "token id 4000");
+    // chat without a chat template says so before its first prompt.
+    let no_template = fixture("qwen2-bias");
+    assert_clean_error(
+        &turbospark(&["chat", "--model", no_template.to_str().unwrap()]),
+        "no chat template (chat_template.jinja or tokenizer_config.json); generate from plain \
+         text with `turbospark run --prompt`",
+    );
     // A context past the model's positions (the demo model: 2,048), for
     // generation and for perplexity.
     let demo = root().join("models/rust-docs-gpt-oss");

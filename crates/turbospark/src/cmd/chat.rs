@@ -24,6 +24,7 @@ pub fn main(a: ChatArgs) -> Result<()> {
 }
 
 fn on<B: Backend + 'static>(a: &ChatArgs, engine: &Engine<B>) -> Result<()> {
+    engine.check_chat()?;
     let cancel = Arc::new(AtomicBool::new(false));
     {
         let cancel = cancel.clone();
