@@ -169,6 +169,35 @@ fn inspect_describes_the_demo_model() {
     );
 }
 
+/// More threads than cores run, with a warning; as many do not warn.
+#[test]
+fn threads_past_the_cores_warn() {
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let run = |threads: usize| {
+        let out = turbospark(&[
+            "run",
+            "--prompt-tokens",
+            "1,2",
+            "--max-tokens",
+            "2",
+            "--threads",
+            &threads.to_string(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let warning = format!(
+        "warning: --threads {} is more than the {cores} cores here",
+        cores + 1
+    );
+    assert!(run(cores + 1).contains(&warning));
+    assert!(!run(cores).contains("warning"));
+}
+
 #[test]
 fn logits_writes_every_position_as_npy() {
     let tmp = tempfile::tempdir().unwrap();
