@@ -67,9 +67,9 @@ __device__ __forceinline__ u32 stage_pos(bool pairs, u32 i, u32 nr) {
     return pairs ? (i & 1u) * (nr / 2) + i / 2 : i;
 }
 
-// Dynamic shared memory (src/gemv.rs sizes it): the ring (`stages` stages
-// of R rows' codes and scales), then x's codes (k / 8 XWords) and steps
-// (k / 32 floats), then each row's parts (8 / R a row).
+// Dynamic shared memory (src/gemv/stream.rs sizes it): the ring (`stages`
+// stages of R rows' codes and scales), then x's codes (k / 8 XWords) and
+// steps (k / 32 floats), then each row's parts (`wpr` a row).
 template <class F>
 __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* x, int bias_dt,
                                                u32 k, u32 R, u32 stages) {

@@ -55,7 +55,8 @@ pub struct ModelArgs {
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
     /// Context length in tokens (default: the model's, at most 8192; never past
-    /// its max_position_embeddings).
+    /// the positions it was made for: max_position_embeddings or its RoPE
+    /// scaling's reach).
     #[arg(long, short = 'c')]
     pub context: Option<usize>,
     /// Quantize the projection weights at load (weight-only, per-32 scales).

@@ -61,7 +61,9 @@ pub fn main(a: InspectArgs) -> Result<()> {
         );
     }
     println!("vocabulary      {}", spec.vocab_size);
-    println!("context         {}", spec.max_positions);
+    // The positions `run` allows (max_position_embeddings or RoPE
+    // scaling's reach), as `run` and `perplexity` check them.
+    println!("context         {}", spec.context_limit());
     println!(
         "rope            theta {}, {}",
         spec.rope.theta, spec.rope.scaling
@@ -80,7 +82,7 @@ pub fn main(a: InspectArgs) -> Result<()> {
     let weights = ckpt.total_bytes() as f64;
     // f32 K and V for every layer that keeps the whole context.
     let kv_per_token = (2 * spec.kv_dim() * 4 * (spec.num_layers - sliding)) as f64;
-    let ctx = spec.max_positions.min(8192) as f64;
+    let ctx = spec.context_limit().min(8192) as f64;
     println!("weights memory  {}", bytes(weights));
     // Sliding layers keep a ring of window + prefill-chunk rows whatever the
     // context (kv_cache.rs), so they do not grow with it.

@@ -225,14 +225,13 @@ fn load_synthetic<B: Backend + 'static>(
 /// the model was made for (`ModelSpec::context_limit`), as `run` refuses a
 /// context past them.
 fn fits_context(a: &BenchArgs, spec: &ModelSpec) -> Result<()> {
-    let needed = a.prompt_len.max(1) + a.gen_len;
-    if needed > spec.context_limit() {
+    let (needed, limit) = (a.prompt_len.max(1) + a.gen_len, spec.context_limit());
+    if needed > limit {
         anyhow::bail!(
-            "--prompt-len {} + --gen-len {} = {needed} positions, but the model has {} \
+            "--prompt-len {} + --gen-len {} = {needed} positions, but the model has {limit} \
              (max_position_embeddings and RoPE scaling)",
             a.prompt_len,
             a.gen_len,
-            spec.context_limit()
         );
     }
     Ok(())
