@@ -16,7 +16,7 @@ use crate::weight::{CudaWeight, Dense, WeightData};
 use crate::{Cuda, CudaTensor, Precision};
 
 mod stream;
-pub(crate) use stream::STREAM_MAX_SHARED;
+pub(crate) use stream::{QX_STREAM_MAX_SHARED, STREAM_MAX_SHARED};
 
 /// Warps per GEMV block.
 const GEMV_WARPS_PER_BLOCK: u32 = 8;

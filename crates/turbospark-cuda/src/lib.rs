@@ -143,6 +143,10 @@ pub struct Cuda {
     /// The streamed GEMVs can run: sm_90+ (bulk asynchronous copies and
     /// mbarrier transactions) with their shared memory to opt into.
     bulk_copies: bool,
+    /// Dynamic shared memory a streamed int8 GEMV block may take: its
+    /// ring's cap, `gemv::QX_STREAM_MAX_SHARED`, or less where the GPU
+    /// gives a block less.
+    qx_stream_shared: u32,
 }
 
 impl Cuda {
@@ -183,11 +187,21 @@ impl Cuda {
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )?;
         let bulk_copies = major >= 9 && optin >= gemv::STREAM_MAX_SHARED as i32;
+        // The int8 ring's cap, less 2 KB for the kernel's static shared
+        // memory (the attribute counts dynamic memory only, and setting it
+        // past what the static part leaves fails).
+        let qx_stream_shared =
+            gemv::QX_STREAM_MAX_SHARED.min((optin.max(0) as u32).saturating_sub(2048));
         if bulk_copies {
-            for f in [&k.gemv_bf16_stream, &k.gemv_f16_stream, &k.gemv_q8_stream] {
+            let caps = [
+                (&k.gemv_bf16_stream, gemv::STREAM_MAX_SHARED),
+                (&k.gemv_f16_stream, gemv::STREAM_MAX_SHARED),
+                (&k.gemv_q8_stream, qx_stream_shared),
+            ];
+            for (f, cap) in caps {
                 f.set_attribute(
                     sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    gemv::STREAM_MAX_SHARED as i32,
+                    cap as i32,
                 )?;
             }
         }
@@ -225,6 +239,7 @@ impl Cuda {
             stream_gemv: bulk_copies
                 && std::env::var("TURBOSPARK_CUDA_STREAM").map_or(true, |v| v != "0"),
             bulk_copies,
+            qx_stream_shared,
         })
     }
 

@@ -33,8 +33,9 @@ const STREAM_MIN_STAGES: u32 = 12;
 /// gains nothing from an earlier start, and the other kernel reads faster
 /// (Llama-8B's lm_head at 4.28 TB/s, against 3.85 for the ring's best).
 const STREAM_MAX_BYTES: u64 = 512 << 20;
-/// The most dynamic shared memory a streamed GEMV block takes (set on its
-/// kernels when they load): a ring, x and the row sums, with room for the
+/// The most dynamic shared memory a streamed bf16/f16 GEMV block takes
+/// (set on its kernels when they load; the int8 one has
+/// [`QX_STREAM_MAX_SHARED`]): a ring, x and the row sums, with room for the
 /// next kernel's block beside it on the SM (228 KB, 1 KB of it reserved
 /// a block).
 pub(crate) const STREAM_MAX_SHARED: u32 = 113 * 1024;
@@ -82,6 +83,16 @@ fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32
 /// Most bytes a stage of a streamed int8 GEMV holds: 8 of its 4,096-value
 /// rows, 2 of its 14,336-value ones.
 const QX_STREAM_TILE: u32 = 36 * 1024;
+/// The most dynamic shared memory a streamed int8 GEMV block takes (less
+/// where the GPU allows less: `Cuda::qx_stream_shared`): a ring of five or
+/// six stages, not the three of [`STREAM_MAX_SHARED`]. Its launches come
+/// one after another (q/k/v, o, gate/up, down), and two blocks of 113 KB
+/// were what let the next one's block start beside this one; the deeper
+/// ring gives that up and still gains, since its copies are what a launch
+/// waits for (left without their sums, the streamed gate/up took 35.6 µs
+/// of its 37.9). H200, Llama-8B int8, alternating processes: 290.6, 289.8
+/// tok/s at 113 KB against 297.3, 296.3 at 200 KB (160 KB: 296.0).
+pub(crate) const QX_STREAM_MAX_SHARED: u32 = 200 * 1024;
 /// `GS_MAX_STAGES` in kernels/stream.cuh.
 const STREAM_MAX_STAGES: u32 = 16;
 
@@ -100,7 +111,8 @@ struct QxStream {
 /// (whole 16-byte copies of codes and scales) in 16-byte aligned matrices,
 /// at most [`STREAM_MAX_BYTES`] (the lm_head keeps the `_qx` kernel, which
 /// reads a long launch at ~4 TB/s), with at least two stages of the ring
-/// fitting beside x, and only while `TURBOSPARK_CUDA_STREAM` is not `0`.
+/// fitting beside x in the block's shared memory (`Cuda::qx_stream_shared`,
+/// see [`qx_ring`]), and only while `TURBOSPARK_CUDA_STREAM` is not `0`.
 /// Int4 keeps the `_qx` kernels: streamed, it measured slower (H200,
 /// Llama-8B: 313 against 385 tok/s; BENCHMARKS.md, twelfth session).
 fn qx_stream(
@@ -117,9 +129,7 @@ fn qx_stream(
     else {
         return None;
     };
-    let groups = j.k / 32;
-    // A row's codes (a byte a value) and f16 scales.
-    let row = groups * (32 + 2);
+    let row = qx_row_bytes(j.k);
     if !(one_row_ring(be, t, j)
         && qx
         && j.k.is_multiple_of(256)
@@ -127,17 +137,31 @@ fn qx_stream(
     {
         return None;
     }
-    // Whole rows a stage; glu pairs need two at least.
+    qx_ring(j.k, rows, be.sm_count, t.glu != 0, be.qx_stream_shared)
+}
+
+/// A streamed int8 row's bytes: its codes (a byte a value) and f16 scales.
+fn qx_row_bytes(k: u32) -> u32 {
+    k / 32 * (32 + 2)
+}
+
+/// The ring of a streamed int8 GEMV of `rows` rows of `k` values (glu
+/// pairs or not) over `sms` blocks, in at most `cap` bytes of shared
+/// memory: whole rows a stage (glu pairs need two at least), as many
+/// stages as fit beside x and the row sums (at most `GS_MAX_STAGES`, and no
+/// more than the block's rows fill), two at least.
+fn qx_ring(k: u32, rows: u32, sms: u32, glu: bool, cap: u32) -> Option<QxStream> {
+    let (groups, row) = (k / 32, qx_row_bytes(k));
     let r = [8, 4, 2, 1]
         .into_iter()
         .find(|&r| r * row <= QX_STREAM_TILE)
-        .filter(|&r| t.glu == 0 || r >= 2)?;
-    let per_block = rows.div_ceil(be.sm_count) + 2;
+        .filter(|&r| !glu || r >= 2)?;
+    let per_block = rows.div_ceil(sms) + 2;
     // x's codes and steps, then each row's parts: a set of up to
     // `QS_ROWS` = 4 rows takes 8 / (r / set) warps.
     let parts = GEMV_WARPS_PER_BLOCK / (r / r.min(4));
-    let fixed = j.k + groups * 4 + 4 * per_block * parts;
-    let stages = (STREAM_MAX_SHARED.checked_sub(fixed)? / (r * row))
+    let fixed = k + groups * 4 + 4 * per_block * parts;
+    let stages = (cap.checked_sub(fixed)? / (r * row))
         .min(STREAM_MAX_STAGES)
         .min(per_block.div_ceil(r));
     (stages >= 2).then_some(QxStream {
@@ -190,4 +214,40 @@ pub(super) fn launch(
         ],
     );
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Llama-8B's int8 launches on an H200 (132 SMs) at the cap the H200
+    /// gives (200 KB): 8 rows of 4,096 values a stage (34 KB) five deep,
+    /// 2 of 14,336 (30 KB) six deep; the 113 KB cap of the bf16 ring would
+    /// give three of each.
+    #[test]
+    fn the_int8_ring_takes_five_or_six_stages_of_whole_rows() {
+        let cap = QX_STREAM_MAX_SHARED;
+        let ring = |k, rows, glu| {
+            let q = qx_ring(k, rows, 132, glu, cap).unwrap();
+            assert!(q.shared <= cap);
+            (q.rows, q.stages)
+        };
+        assert_eq!(qx_row_bytes(4096), 4352);
+        assert_eq!(ring(4096, 6144, false), (8, 5)); // q/k/v
+        assert_eq!(ring(4096, 4096, false), (8, 5)); // o
+        assert_eq!(ring(4096, 28_672, true), (8, 5)); // gate/up pairs
+        assert_eq!(ring(14_336, 4096, false), (2, 6)); // down
+        let at_113 = |k, rows| {
+            qx_ring(k, rows, 132, false, STREAM_MAX_SHARED)
+                .unwrap()
+                .stages
+        };
+        assert_eq!((at_113(4096, 6144), at_113(14_336, 4096)), (3, 3));
+        // A block's share of a short launch caps the stages: 300 rows over
+        // 132 blocks is 5 rows a block, one stage of 8; two at least.
+        assert!(qx_ring(4096, 300, 132, false, cap).is_none());
+        assert_eq!(ring(4096, 2000, false), (8, 3));
+        // Nothing fits under x and the sums.
+        assert!(qx_ring(4096, 6144, 132, false, 20 * 1024).is_none());
+    }
 }
