@@ -3,9 +3,17 @@
 GPU machine from the repository root: `python3 tools/gpu/ring_probe.py`;
 needs torch for memory and timing, NVRTC and the driver through ctypes).
 
-Prints one line a configuration: microseconds a launch (best of five), the
-whole GPU's read rate and each SM's. See ring_probe.cu for the question.
-`--quick` runs the few configurations that decide the next design.
+Prints one line a configuration: microseconds a launch, the whole GPU's
+read rate and each SM's. See ring_probe.cu for the question. `--quick` runs
+the few configurations that decide the next design.
+
+A launch's time is that of a CUDA graph of LAUNCHES launches divided by
+their number (best of five): events around one launch issued from Python
+also timed the host's launch (the first run read 47 µs for a launch of
+about 5), and a graph leaves only the gaps between kernels, as the
+engine's recorded decode step has them. Each launch of the graph reads its
+own window of the buffer where the buffer holds enough, so that short
+launches do not find their bytes in L2.
 """
 import ctypes
 import ctypes.util
@@ -75,20 +83,45 @@ class Kernels:
                 for a in args]
         params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
                                                  for v in vals])
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self.check(self.cu.cuLaunchKernel(self.fns[name], grid, 1, 1, block, 1, 1, shared, stream,
-                                          params, None), f"launch {name}")
+        self.check(self.cu.cuLaunchKernel(self.fns[name], grid, 1, 1, block, 1, 1, shared,
+                                          self.stream(), params, None), f"launch {name}")
+
+    @staticmethod
+    def stream():
+        return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def graph(self, launch, n):
+        """A graph of launch(0), ..., launch(n - 1), captured on the current
+        (non-default) stream, instantiated."""
+        # CU_STREAM_CAPTURE_MODE_RELAXED: torch's allocator may run meanwhile.
+        self.check(self.cu.cuStreamBeginCapture_v2(self.stream(), 2), "cuStreamBeginCapture")
+        for i in range(n):
+            launch(i)
+        g, exe = ctypes.c_void_p(), ctypes.c_void_p()
+        self.check(self.cu.cuStreamEndCapture(self.stream(), ctypes.byref(g)), "cuStreamEndCapture")
+        self.check(self.cu.cuGraphInstantiateWithFlags(ctypes.byref(exe), g, ctypes.c_uint64(0)),
+                   "cuGraphInstantiateWithFlags")
+        return exe
+
+
+# Launches a measured graph holds.
+LAUNCHES = 20
 
 
 def timed(k, launch, reps=5):
-    best = float("inf")
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        launch()
-        b.record()
-        torch.cuda.synchronize()
-        best = min(best, a.elapsed_time(b) * 1e3)
+    """Microseconds a launch of `launch(i)` (i: the launch's index in the
+    graph), best of `reps` replays of a graph of LAUNCHES."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        exe = k.graph(launch, LAUNCHES)
+        best = float("inf")
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(side)
+            k.check(k.cu.cuGraphLaunch(exe, Kernels.stream()), "cuGraphLaunch")
+            b.record(side)
+            side.synchronize()
+            best = min(best, a.elapsed_time(b) * 1e3 / LAUNCHES)
     return best
 
 
@@ -97,7 +130,8 @@ def main():
     k = Kernels()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     per_block = 4 << 20  # 4 MB a block: ~550 MB a launch, ~140 µs at 4 TB/s
-    buf = torch.empty(sms * per_block + (1 << 20), dtype=torch.uint8, device="cuda")
+    size = sms * per_block + (1 << 20)
+    buf = torch.empty(size, dtype=torch.uint8, device="cuda")
     buf.random_(0, 255)
     sink = torch.zeros(1, device="cuda")
     threads = 32 * 9  # GS_THREADS
@@ -106,11 +140,21 @@ def main():
         print(f"{label:<58} {us:9.1f} µs {total / us / 1e6:6.2f} TB/s "
               f"{total / us / 1e3 / sms:6.1f} GB/s/SM", flush=True)
 
+    def window(i, used):
+        """Launch i's bytes: its own window of the buffer while the buffer
+        holds LAUNCHES of them (16-byte aligned), else the buffer's start."""
+        span = -(-used // 256) * 256
+        return buf.data_ptr() + (i * span if span * LAUNCHES <= size else 0)
+
     def ring(stage, copies, stages, issue=0, consume=1, pb=per_block, blocks=sms):
         u32 = ctypes.c_uint32
-        args = [buf.data_ptr(), ctypes.c_uint64(pb), u32(stage), u32(copies), u32(stages),
-                u32(issue), u32(consume), sink.data_ptr()]
-        us = timed(k, lambda: k.launch("ring_probe", blocks, threads, stage * stages, args))
+
+        def go(i):
+            args = [window(i, blocks * pb), ctypes.c_uint64(pb), u32(stage), u32(copies),
+                    u32(stages), u32(issue), u32(consume), sink.data_ptr()]
+            k.launch("ring_probe", blocks, threads, stage * stages, args)
+
+        us = timed(k, go)
         pb_used = pb // stage * stage
         report(f"ring stage {stage >> 10} KB x{stages}, {copies} copies"
                f"{ISSUE[issue]}{'' if consume else ', no reads'}"
@@ -119,8 +163,12 @@ def main():
 
     def loads(warps, depth, blocks):
         pb = sms * per_block // blocks
-        args = [buf.data_ptr(), ctypes.c_uint64(pb), ctypes.c_uint32(depth), sink.data_ptr()]
-        us = timed(k, lambda: k.launch("load_probe", blocks, 32 * warps, 0, args))
+        def go(i):
+            args = [window(i, blocks * pb), ctypes.c_uint64(pb), ctypes.c_uint32(depth),
+                    sink.data_ptr()]
+            k.launch("load_probe", blocks, 32 * warps, 0, args)
+
+        us = timed(k, go)
         report(f"registers: {blocks} blocks x {warps} warps, {depth} loads in flight", us,
                blocks * pb)
 
