@@ -101,6 +101,7 @@ class Kernels:
         self.check(self.cu.cuStreamEndCapture(self.stream(), ctypes.byref(g)), "cuStreamEndCapture")
         self.check(self.cu.cuGraphInstantiateWithFlags(ctypes.byref(exe), g, ctypes.c_uint64(0)),
                    "cuGraphInstantiateWithFlags")
+        self.check(self.cu.cuGraphDestroy(g), "cuGraphDestroy")  # the instance keeps its copy
         return exe
 
 
@@ -122,6 +123,7 @@ def timed(k, launch, reps=5):
             b.record(side)
             side.synchronize()
             best = min(best, a.elapsed_time(b) * 1e3 / LAUNCHES)
+        k.check(k.cu.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
     return best
 
 

@@ -187,9 +187,9 @@ impl Cuda {
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )?;
         let bulk_copies = major >= 9 && optin >= gemv::STREAM_MAX_SHARED as i32;
-        // The int8 ring's cap, less 2 KB for the kernel's static shared
-        // memory (the attribute counts dynamic memory only, and setting it
-        // past what the static part leaves fails).
+        // The int8 ring's cap, or the GPU's opt-in less 2 KB where that is
+        // less: the attribute counts dynamic memory only, and setting it
+        // past what the kernel's static shared memory leaves fails.
         let qx_stream_shared =
             gemv::QX_STREAM_MAX_SHARED.min((optin.max(0) as u32).saturating_sub(2048));
         if bulk_copies {
