@@ -11,10 +11,10 @@ cargo build --release -p turbospark --features cuda
 paths=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
 mkdir -p .device
 cp target/release/turbospark .device/
-for t in parity parity_linear sampling fixtures_on_gpu flash_attention kernels_compile; do
+for t in parity parity_linear parity_moe sampling fixtures_on_gpu flash_attention kernels_compile; do
     cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t"
 done
-strip .device/turbospark .device/parity .device/parity_linear .device/sampling .device/fixtures_on_gpu \
+strip .device/turbospark .device/parity .device/parity_linear .device/parity_moe .device/sampling .device/fixtures_on_gpu \
     .device/flash_attention .device/kernels_compile
 cp tools/gpu/suite.sh tools/gpu/ncu_table.py .device/
 du -sh .device

@@ -1,5 +1,5 @@
 // Probes for tools/gpu/ring_probe.py (not a product kernel; compiled after
-// kernels/common.cuh, gemv_common.cuh and stream.cuh, whose ring machinery
+// kernels/common.cuh, gemv_common.cuh, async_copy.cuh and stream.cuh, whose ring machinery
 // it drives exactly as the streamed GEMVs do).
 //
 // Question: how fast does one block an SM move bytes through a ring of

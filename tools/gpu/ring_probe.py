@@ -25,7 +25,8 @@ import torch
 # How a stage's copies are issued (ring_probe.cu's `issue`).
 ISSUE = ["", " from lanes in turn", " in one instruction"]
 KERNELS = "crates/turbospark-cuda/kernels"
-SOURCES = [f"{KERNELS}/common.cuh", f"{KERNELS}/gemv_common.cuh", f"{KERNELS}/stream.cuh",
+SOURCES = [f"{KERNELS}/common.cuh", f"{KERNELS}/gemv_common.cuh", f"{KERNELS}/async_copy.cuh",
+           f"{KERNELS}/stream.cuh",
            "tools/gpu/ring_probe.cu"]
 
 

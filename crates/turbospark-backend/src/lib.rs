@@ -107,6 +107,33 @@ pub fn host_row<B: Backend + ?Sized>(be: &B, logits: &B::Tensor, row: usize) -> 
     all
 }
 
+/// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`: the router
+/// through the norm ([`Backend::rms_norm_linears`], which also writes the
+/// normed rows), then [`Backend::moe`] into `x`. What
+/// [`Backend::rms_norm_moe`] does unless a backend fuses it.
+pub fn rms_norm_moe_parts<B: Backend + ?Sized>(
+    be: &B,
+    x: &mut B::Tensor,
+    norm: &B::Weight,
+    eps: f32,
+    router: (&B::Weight, Option<&B::Weight>),
+    experts: &Experts<'_, B::Weight>,
+    params: &MoeParams,
+) {
+    let (rows, cols) = be.shape(x);
+    let mut logits = be.tensor(rows, params.num_experts);
+    let mut normed = be.tensor(rows, cols);
+    be.rms_norm_linears(
+        x,
+        norm,
+        eps,
+        &[router],
+        &mut [&mut logits],
+        Some(&mut normed),
+    );
+    be.moe(&normed, &logits, experts, params, x);
+}
+
 /// The operations a transformer needs.
 ///
 /// Activations are row-major `[rows, cols]` f32 matrices (`rows` = tokens).
@@ -411,4 +438,19 @@ pub trait Backend: Send + Sync {
         params: &MoeParams,
         out: &mut Self::Tensor,
     );
+
+    /// A whole MoE block on the residual stream: `x += moe(rms_norm(x))`,
+    /// each row routed by `rms_norm(x) · Rᵀ (+ rb)` ([`rms_norm_moe_parts`]).
+    /// One operation, which a backend may fuse.
+    fn rms_norm_moe(
+        &self,
+        x: &mut Self::Tensor,
+        norm: &Self::Weight,
+        eps: f32,
+        router: (&Self::Weight, Option<&Self::Weight>),
+        experts: &Experts<'_, Self::Weight>,
+        params: &MoeParams,
+    ) {
+        rms_norm_moe_parts(self, x, norm, eps, router, experts, params);
+    }
 }

@@ -1,5 +1,6 @@
-// Mixture-of-experts pieces around the expert matrix products: routing, the
-// expert activation (prefill; decode's is fused into the gate_up GEMV,
+// Mixture-of-experts pieces around the expert matrix products: routing (for
+// a decode row, with its norm and router in the same launch), the expert
+// activation (prefill; decode's is fused into the gate_up GEMV,
 // kernels/gemv_common.cuh, with the same formulas), and the weighted sum.
 // Decode (few rows): the products are the GEMV kernels (gemv_*.cu) with one job per
 // (token, selected expert); all on the device, so a step needs no host
@@ -8,7 +9,8 @@
 // contiguous block, the products are cuBLAS GEMMs per expert, and the
 // outputs are read back per (token, slot) by the weighted sum.
 
-// One warp per token (a block holds blockDim / 32 tokens). Selection order
+// Routing one token, by a whole warp (moe_route: one warp a token, a block
+// holding blockDim / 32 tokens; moe_norm_route below). Selection order
 // is the CPU's: value descending, ties to the lower expert index (as
 // torch.topk on CPU); NaN logits are not supported. Each pick is the best
 // (value, index) strictly after the previous pick in that order: every lane
@@ -18,14 +20,12 @@
 // renormalised to sum to one (Qwen3-MoE). The top-k sums run in selection
 // order, as the CPU's; the sum over all experts is a warp tree, which
 // differs from the CPU's sequential sum by rounding only.
-// Output: the k (expert, weight) pairs of each token, ascending by expert.
-extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logits, u32 rows,
-                                     u32 num_experts, u32 top_k, int mode) {
-    pdl_enter();
+// `lg`: the token's num_experts logits (global or shared memory). Output:
+// its k (expert, weight) pairs, ascending by expert, in sel_e[0, k) and
+// sel_w[0, k).
+__device__ __forceinline__ void route_token(const float* lg, u32 num_experts, u32 top_k,
+                                            int mode, int* sel_e, float* sel_w) {
     const u32 lane = threadIdx.x & 31u;
-    const u32 r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (r >= rows) return;  // the whole warp
-    const float* lg = logits + (u64)r * num_experts;
     int mine = -1;  // this lane's pick (lane < top_k)
     float mine_v = 0.0f;
     float pv = 0.0f;
@@ -84,9 +84,125 @@ extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logi
     u32 slot = 0;
     for (u32 j = 0; j < top_k; j++) slot += __shfl_sync(0xffffffffu, mine, j) < mine;
     if (picked) {
-        sel_e[(u64)r * top_k + slot] = mine;
-        sel_w[(u64)r * top_k + slot] = w;
+        sel_e[slot] = mine;
+        sel_w[slot] = w;
     }
+}
+
+extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logits, u32 rows,
+                                     u32 num_experts, u32 top_k, int mode) {
+    pdl_enter();
+    const u32 r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;  // the whole warp
+    route_token(logits + (u64)r * num_experts, num_experts, top_k, mode, sel_e + (u64)r * top_k,
+                sel_w + (u64)r * top_k);
+}
+
+// One decode row routed straight from the residual stream: the norm, the
+// router and moe_route's selection in one launch, so a layer's experts
+// wait for one kernel instead of two (the router GEMV's and the
+// routing's). One cluster of gridDim.x blocks (sm_90): block c takes the
+// router rows [c · per, (c + 1) · per), per = ceil(num_experts / blocks),
+// which one bulk copy (the rows are contiguous; bf16 or f16 [num_experts,
+// hidden], which no kernel writes) brings into its shared memory before
+// waiting for the previous kernel, as are the norm's weights into
+// registers; what is left after it is x's round trip. Each block norms
+// the row itself (x is 4 · hidden bytes), dots its rows and stores their
+// logits into block 0's shared memory; after the cluster barrier block
+// 0's first warp routes. Spreading the rows keeps each block's copy short
+// (one block copying gpt-oss-20b's whole 184 KB router took 8 µs).
+// Numerics: normed = w · (x · r), r = 1 / sqrt(mean(x²) + eps), norm.cu's
+// order (the sum of squares a block tree); a logit is Σ normed · W (lanes,
+// then a warp tree) plus the bias, the CPU linear's order; block 0 writes
+// `normed` for the experts. Shared memory: the block's rows, then normed
+// (hidden f32), then the logits (num_experts f32, block 0's used).
+// hidden ≤ NR_HELD · blockDim.
+#define NR_WARPS 8
+#define NR_HELD 16
+
+__device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b, int dt) {
+    const u32 h[4] = {w.x, w.y, w.z, w.w};
+    const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const u16 lo = (u16)(h[i] & 0xffffu), hi = (u16)(h[i] >> 16);
+        const float wl = dt == DT_F16 ? f16_to_f32(lo) : bf16_to_f32(lo);
+        const float wh = dt == DT_F16 ? f16_to_f32(hi) : bf16_to_f32(hi);
+        s += wl * x[2 * i];
+        s += wh * x[2 * i + 1];
+    }
+    return s;
+}
+
+extern "C" __global__ void __launch_bounds__(NR_WARPS * 32)
+    moe_norm_route(int* sel_e, float* sel_w, float* normed, const float* x, const void* norm_w,
+                   int norm_dt, float eps, const u16* router, int router_dt, const void* bias,
+                   int bias_dt, u32 hidden, u32 num_experts, u32 top_k, int mode) {
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ uint4 nr_shared[];
+    __shared__ u64 copied;
+    const u32 rank = cluster_rank(), per = (num_experts + gridDim.x - 1) / gridDim.x;
+    const u32 e0 = min(num_experts, rank * per), e1 = min(num_experts, e0 + per);
+    const u32 chunks = hidden / 8;  // 8 weights (16 bytes) a chunk
+    uint4* rows = nr_shared;
+    float* xn = (float*)(rows + (u64)per * chunks);
+    float* lg = xn + hidden;
+    const u32 bytes = (e1 - e0) * hidden * 2;
+    if (threadIdx.x == 0) {
+        mbar_init(&copied, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && bytes > 0) {
+        mbar_expect(&copied, bytes);
+        bulk_copy(rows, router + (u64)e0 * hidden, bytes, &copied);
+    }
+    // Every block has started before any stores into block 0 (below).
+    cluster_arrive();
+    float wv[NR_HELD], xv[NR_HELD];
+#pragma unroll
+    for (int j = 0; j < NR_HELD; j++) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        wv[j] = i < hidden ? load_w(norm_w, norm_dt, i) : 0.0f;
+    }
+    pdl_enter();
+#pragma unroll
+    for (int j = 0; j < NR_HELD; j++) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        xv[j] = i < hidden ? x[i] : 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NR_HELD; j++) ss += xv[j] * xv[j];
+    ss = block_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)hidden + eps);
+#pragma unroll
+    for (int j = 0; j < NR_HELD; j++) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        if (i < hidden) {
+            const float v = wv[j] * (xv[j] * r);
+            xn[i] = v;
+            if (rank == 0) normed[i] = v;
+        }
+    }
+    if (bytes > 0) mbar_wait(&copied, 0);
+    __syncthreads();
+    cluster_wait();
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    for (u32 e = e0 + warp; e < e1; e += blockDim.x >> 5) {
+        const uint4* row = rows + (u64)(e - e0) * chunks;
+        float s = 0.0f;
+        for (u32 c = lane; c < chunks; c += 32) {
+            s += dot8(row[c], ((const float4*)xn)[2 * c], ((const float4*)xn)[2 * c + 1], router_dt);
+        }
+        s = warp_sum(s);
+        if (lane == 0) store_in_block(&lg[e], 0, bias ? s + load_w(bias, bias_dt, e) : s);
+    }
+    cluster_arrive();
+    cluster_wait();
+    if (rank == 0 && warp == 0) route_token(lg, num_experts, top_k, mode, sel_e, sel_w);
+#endif
 }
 
 // Column c of the activation of one gate_up row; the gate_up bias (when

@@ -3,54 +3,12 @@
 // block, a ring of shared-memory stages that the producer fills with bulk
 // asynchronous copies (cp.async.bulk, completing on an mbarrier), and the
 // barriers through which consumers release stages. Helpers only: no kernel
-// here. Put in front of both files (src/compile.rs).
+// here. Put in front of both files after async_copy.cuh (src/compile.rs).
 #define GS_WARPS 8
 #define GS_THREADS (32 * (GS_WARPS + 1))
 #define GS_MAX_STAGES 16
 
-// The streamed kernels use sm_90's bulk copies and mbarrier transactions;
-// below sm_90 they compile to a trap and are never launched (src/lib.rs
-// enables them from sm_90 on).
 #if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-                 : "memory");
-}
-
-// One arrival that also expects `bytes` of asynchronous copies.
-__device__ __forceinline__ void mbar_expect(u64* bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(u64* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-// Until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
-        : "memory");
-}
-
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global
-// to shared memory, completing on `bar`.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-
 // The consumer warps' barrier (the producer does not take part).
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"r"(GS_WARPS * 32) : "memory");

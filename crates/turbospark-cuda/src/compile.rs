@@ -20,8 +20,9 @@ use crate::CudaError;
 const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// One kernel family per file: (file name, source). The GEMV files share
-/// gemv_common.cuh, the streamed ones stream.cuh and the grouped ones
-/// grouped_formats.cuh, put in front of each.
+/// gemv_common.cuh, the streamed ones async_copy.cuh and stream.cuh (moe.cu
+/// async_copy.cuh too) and the grouped ones grouped_formats.cuh, put in
+/// front of each.
 pub const SOURCES: [(&str, &str); 11] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
@@ -36,6 +37,7 @@ pub const SOURCES: [(&str, &str); 11] = [
         "gemv_dense.cu",
         concat!(
             include_str!("../kernels/gemv_common.cuh"),
+            include_str!("../kernels/async_copy.cuh"),
             include_str!("../kernels/stream.cuh"),
             include_str!("../kernels/gemv_dense.cu")
         ),
@@ -52,6 +54,7 @@ pub const SOURCES: [(&str, &str); 11] = [
         "gemv_grouped_stream.cu",
         concat!(
             include_str!("../kernels/gemv_common.cuh"),
+            include_str!("../kernels/async_copy.cuh"),
             include_str!("../kernels/stream.cuh"),
             include_str!("../kernels/grouped_formats.cuh"),
             include_str!("../kernels/gemv_grouped_stream.cu")
@@ -65,7 +68,13 @@ pub const SOURCES: [(&str, &str); 11] = [
             include_str!("../kernels/attention.cu")
         ),
     ),
-    ("moe.cu", include_str!("../kernels/moe.cu")),
+    (
+        "moe.cu",
+        concat!(
+            include_str!("../kernels/async_copy.cuh"),
+            include_str!("../kernels/moe.cu")
+        ),
+    ),
     ("sample.cu", include_str!("../kernels/sample.cu")),
     (
         "flash_attention.cu",

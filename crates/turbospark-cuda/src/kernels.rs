@@ -105,12 +105,13 @@ kernels! {
         attn_gqa_hd128_g8_step, attn_gqa_hd256_g4_step, attn_combine,
     ],
     "sample.cu" => [argmax_rows, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
-    "moe.cu" => [moe_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
+    "moe.cu" => [moe_route, moe_norm_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
     "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
 }
 
 /// Launches `f` on `stream` with `grid` blocks of `block` threads and
-/// `shared` bytes of dynamic shared memory a block. With `pdl` the launch
+/// `shared` bytes of dynamic shared memory a block, in clusters of
+/// `cluster` blocks along x (sm_90; 1: no clusters). With `pdl` the launch
 /// allows programmatic dependent launch (sm_90+): the kernel may start
 /// while the previous one on the stream drains, and waits for it in
 /// `pdl_enter` (kernels/common.cuh), which every kernel calls first.
@@ -122,7 +123,7 @@ pub fn launch(
     stream: &CudaStream,
     f: &CudaFunction,
     grid: (u32, u32, u32),
-    (block, shared): (u32, u32),
+    (block, shared, cluster): (u32, u32, u32),
     pdl: bool,
     args: &[Arg],
 ) {
@@ -141,13 +142,29 @@ pub fn launch(
             Arg::Step(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
         })
         .collect();
-    let mut attr = sys::CUlaunchAttribute {
-        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-        pad: [0; 4],
-        value: sys::CUlaunchAttributeValue {
-            programmaticStreamSerializationAllowed: 1,
-        },
-    };
+    let mut attrs = Vec::with_capacity(2);
+    if pdl {
+        attrs.push(sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue {
+                programmaticStreamSerializationAllowed: 1,
+            },
+        });
+    }
+    if cluster > 1 {
+        attrs.push(sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue {
+                clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+                    x: cluster,
+                    y: 1,
+                    z: 1,
+                },
+            },
+        });
+    }
     let cfg = sys::CUlaunchConfig {
         gridDimX: grid.0,
         gridDimY: grid.1,
@@ -157,13 +174,13 @@ pub fn launch(
         blockDimZ: 1,
         sharedMemBytes: shared,
         hStream: stream.cu_stream(),
-        attrs: &mut attr,
-        numAttrs: u32::from(pdl),
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len() as u32,
     };
     // SAFETY: every call site passes the arguments of the kernel's C
     // signature, in order and with the C types (see `Arg`); pointers are
     // device addresses of live allocations sized by the caller; `params`
-    // and `attr` outlive the call, which copies them.
+    // and `attrs` outlive the call, which copies them.
     unsafe { sys::cuLaunchKernelEx(&cfg, f.cu_function(), params.as_mut_ptr(), ptr::null_mut()) }
         .result()
         .unwrap_or_else(|e| panic!("CUDA kernel launch failed: {e}"));

@@ -147,6 +147,13 @@ pub struct Cuda {
     /// ring's cap, `gemv::QX_STREAM_MAX_SHARED`, or less where the GPU
     /// gives a block less.
     qx_stream_shared: u32,
+    /// Route a decode row of an MoE block in one launch (`moe_norm_route`)
+    /// where its router fits in `route_shared` bytes (unless
+    /// `TURBOSPARK_CUDA_FUSED_ROUTE=0`; see `moe::rms_norm_moe`).
+    fused_route: bool,
+    /// Dynamic shared memory `moe_norm_route` may take: what the GPU gives
+    /// a block, less 2 KB for its static memory.
+    route_shared: u32,
 }
 
 impl Cuda {
@@ -205,6 +212,11 @@ impl Cuda {
                 )?;
             }
         }
+        let route_shared = (optin.max(0) as u32).saturating_sub(2048);
+        k.moe_norm_route.set_attribute(
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            route_shared as i32,
+        )?;
         // One stream and no cross-stream hazards: cudarc's per-buffer event
         // tracking would only add two events to every allocation.
         // SAFETY: every buffer is used on `stream` only.
@@ -240,6 +252,9 @@ impl Cuda {
                 && std::env::var("TURBOSPARK_CUDA_STREAM").map_or(true, |v| v != "0"),
             bulk_copies,
             qx_stream_shared,
+            fused_route: bulk_copies
+                && std::env::var("TURBOSPARK_CUDA_FUSED_ROUTE").map_or(true, |v| v != "0"),
+            route_shared,
         })
     }
 
@@ -346,7 +361,27 @@ impl Cuda {
         shared: u32,
         args: &[kernels::Arg],
     ) {
-        kernels::launch(&self.stream, f, grid, (block, shared), self.pdl, args);
+        kernels::launch(&self.stream, f, grid, (block, shared, 1), self.pdl, args);
+    }
+
+    /// [`Cuda::launch_shared`] of one cluster of `blocks` blocks (sm_90).
+    pub(crate) fn launch_cluster(
+        &self,
+        f: &cudarc::driver::CudaFunction,
+        blocks: u32,
+        block: u32,
+        shared: u32,
+        args: &[kernels::Arg],
+    ) {
+        let grid = (blocks, 1, 1);
+        kernels::launch(
+            &self.stream,
+            f,
+            grid,
+            (block, shared, blocks),
+            self.pdl,
+            args,
+        );
     }
 }
 
@@ -692,5 +727,17 @@ impl Backend for Cuda {
         out: &mut CudaTensor,
     ) {
         moe::moe(self, x, router_logits, experts, params, out);
+    }
+
+    fn rms_norm_moe(
+        &self,
+        x: &mut CudaTensor,
+        norm: &CudaWeight,
+        eps: f32,
+        router: (&CudaWeight, Option<&CudaWeight>),
+        experts: &Experts<'_, CudaWeight>,
+        params: &MoeParams,
+    ) {
+        moe::rms_norm_moe(self, x, norm, eps, router, experts, params);
     }
 }

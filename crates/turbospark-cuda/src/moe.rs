@@ -1,7 +1,9 @@
 //! Mixture-of-experts on the device: routing (kernels/moe.cu) writes each
 //! token's selected (expert, weight) pairs sorted by expert; the expert
 //! products run in one of two ways, with the activation between them; the
-//! weighted sum follows.
+//! weighted sum follows. A decode row's whole block ([`rms_norm_moe`])
+//! routes in one launch from the residual stream: norm, router and
+//! selection (`moe_norm_route`).
 //!
 //! - Decode (fewer than [`GEMM_MIN_ROWS`] rows, while a graph is being
 //!   recorded, or in `Precision::F32`): GEMV jobs, one per (token, selected
@@ -22,7 +24,7 @@
 //! token's weighted outputs are summed from zero in ascending expert index,
 //! and the sum is added to `out` (the residual stream).
 
-use turbospark_backend::{Experts, MoeParams};
+use turbospark_backend::{Backend, Experts, MoeParams, rms_norm_moe_parts};
 use turbospark_format::{ExpertAct, Routing};
 
 use cudarc::driver::CudaSlice;
@@ -31,7 +33,7 @@ use crate::gemm::{XType, gemm_rows, weight_scratch};
 use crate::gemv::{GemvEdges, GemvGlu, GemvJob, gemv};
 use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::linear::GEMM_MIN_ROWS;
-use crate::weight::CudaWeight;
+use crate::weight::{CudaWeight, Dense, WeightData};
 use crate::{Cuda, CudaTensor, Precision};
 
 /// Most experts a token may select (one lane of the routing warp each).
@@ -45,12 +47,44 @@ pub fn moe(
     p: &MoeParams,
     out: &mut CudaTensor,
 ) {
-    let (n, hidden, w, top_k, experts) = (x.rows, x.cols, p.width, p.top_k, p.num_experts);
+    let (n, hidden, top_k, experts) = (x.rows, x.cols, p.top_k, p.num_experts);
     assert_eq!(
         (logits.rows, logits.cols),
         (n, experts),
         "moe: router logits are not [{n}, {experts}]"
     );
+    check(x, ex, p, out);
+    if n == 0 || hidden == 0 {
+        return;
+    }
+    let jobs = n * top_k;
+    let sel_e = be.scratch::<i32>(jobs);
+    let sel_w = be.scratch::<f32>(jobs);
+    be.launch(
+        &be.k.moe_route,
+        // One warp a token.
+        ((n as u32).div_ceil(4), 1, 1),
+        128,
+        &[
+            Arg::Ptr(be.ptr(&sel_e)),
+            Arg::Ptr(be.ptr(&sel_w)),
+            Arg::Ptr(be.ptr(&logits.data)),
+            Arg::U32(n as u32),
+            Arg::U32(experts as u32),
+            Arg::U32(top_k as u32),
+            Arg::I32(routing_mode(p.routing)),
+        ],
+    );
+    if n >= GEMM_MIN_ROWS && !be.recording() && be.precision() == Precision::Bf16 {
+        grouped(be, x, ex, p, &sel_e, &sel_w, out);
+    } else {
+        per_token(be, x, ex, p, &sel_e, &sel_w, out);
+    }
+}
+
+/// The shapes `moe` needs of x, the experts and `out`.
+fn check(x: &CudaTensor, ex: &Experts<'_, CudaWeight>, p: &MoeParams, out: &CudaTensor) {
+    let (n, hidden, w, top_k, experts) = (x.rows, x.cols, p.width, p.top_k, p.num_experts);
     assert_eq!(
         (out.rows, out.cols),
         (n, hidden),
@@ -75,38 +109,123 @@ pub fn moe(
         n * top_k <= i32::MAX as usize,
         "moe: {n} rows × top-{top_k} exceed the kernels' int"
     );
-    if n == 0 || hidden == 0 {
-        return;
-    }
-    let jobs = n * top_k;
-    let sel_e = be.scratch::<i32>(jobs);
-    let sel_w = be.scratch::<f32>(jobs);
-    let mode = match p.routing {
+}
+
+/// moe_route's `mode` argument (kernels/moe.cu).
+fn routing_mode(r: Routing) -> i32 {
+    match r {
         Routing::TopKSoftmax => 0,
         Routing::SoftmaxTopK { renormalize: false } => 1,
         Routing::SoftmaxTopK { renormalize: true } => 2,
+    }
+}
+
+/// Threads of `moe_norm_route`, and the most values of x it holds a
+/// thread (kernels/moe.cu: NR_WARPS, NR_HELD).
+const NR_THREADS: u32 = 8 * 32;
+const NR_HELD: usize = 16;
+/// Router rows a `moe_norm_route` block takes where there are enough blocks
+/// (one a warp), and the most blocks a portable cluster has.
+const NR_ROWS: usize = 8;
+const MAX_CLUSTER: usize = 8;
+
+/// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`. One decode
+/// row whose router (bf16 or f16) fits in a block's shared memory:
+/// `moe_norm_route` norms the row, writes it for the experts and routes it
+/// in one launch (the layer's experts then wait for one kernel, not for
+/// the router GEMV and the routing), and the experts run as in [`moe`].
+/// Otherwise [`rms_norm_moe_parts`]: the router GEMV with the norm fused,
+/// then [`moe`].
+pub fn rms_norm_moe(
+    be: &Cuda,
+    x: &mut CudaTensor,
+    norm: &CudaWeight,
+    eps: f32,
+    router: (&CudaWeight, Option<&CudaWeight>),
+    ex: &Experts<'_, CudaWeight>,
+    p: &MoeParams,
+) {
+    let Some((blocks, shared)) = fused_route(be, x, norm, router.0, p) else {
+        return rms_norm_moe_parts(be, x, norm, eps, router, ex, p);
     };
-    be.launch(
-        &be.k.moe_route,
-        // One warp a token.
-        ((n as u32).div_ceil(4), 1, 1),
-        128,
+    check(x, ex, p, x);
+    let normed = be.tensor(1, x.cols);
+    let sel_e = be.scratch::<i32>(p.top_k);
+    let sel_w = be.scratch::<f32>(p.top_k);
+    let (norm_ptr, norm_dt) = norm.dense_ptr(be, "norm");
+    let (router_ptr, router_dt) = router.0.dense_ptr(be, "router");
+    let (bias_ptr, bias_dt) = router.1.map_or((0, 0), |b| b.dense_ptr(be, "router bias"));
+    be.launch_cluster(
+        &be.k.moe_norm_route,
+        blocks,
+        NR_THREADS,
+        shared,
         &[
             Arg::Ptr(be.ptr(&sel_e)),
             Arg::Ptr(be.ptr(&sel_w)),
-            Arg::Ptr(be.ptr(&logits.data)),
-            Arg::U32(n as u32),
-            Arg::U32(experts as u32),
-            Arg::U32(top_k as u32),
-            Arg::I32(mode),
+            Arg::Ptr(be.ptr(&normed.data)),
+            Arg::Ptr(be.ptr(&x.data)),
+            Arg::Ptr(norm_ptr),
+            Arg::I32(norm_dt),
+            Arg::F32(eps),
+            Arg::Ptr(router_ptr),
+            Arg::I32(router_dt),
+            Arg::Ptr(bias_ptr),
+            Arg::I32(bias_dt),
+            Arg::U32(x.cols as u32),
+            Arg::U32(p.num_experts as u32),
+            Arg::U32(p.top_k as u32),
+            Arg::I32(routing_mode(p.routing)),
         ],
     );
+    per_token(be, &normed, ex, p, &sel_e, &sel_w, x);
+}
 
-    if n >= GEMM_MIN_ROWS && !be.recording() && be.precision() == Precision::Bf16 {
-        grouped(be, x, ex, p, &sel_e, &sel_w, out);
-    } else {
-        per_token(be, x, ex, p, &sel_e, &sel_w, out);
-    }
+/// `moe_norm_route`'s blocks for `experts` router rows of `hidden` values
+/// (one cluster: eight rows a block, one a warp, up to the portable cluster
+/// size), and each block's dynamic shared memory: its rows (2 bytes a
+/// value), the normed row and the logits (f32).
+fn route_geometry(experts: usize, hidden: usize) -> (usize, usize) {
+    let blocks = experts.div_ceil(NR_ROWS).clamp(1, MAX_CLUSTER);
+    (
+        blocks,
+        experts.div_ceil(blocks) * hidden * 2 + (hidden + experts) * 4,
+    )
+}
+
+/// `moe_norm_route`'s blocks (one cluster) and the dynamic shared memory
+/// each needs for this call (its router rows, the normed row and the
+/// logits), or None where it does not apply: more than one row, a router
+/// other than bf16/f16 `[experts, hidden]`, a row wider than the kernel
+/// holds, or more memory than a block gets.
+fn fused_route(
+    be: &Cuda,
+    x: &CudaTensor,
+    norm: &CudaWeight,
+    router: &CudaWeight,
+    p: &MoeParams,
+) -> Option<(u32, u32)> {
+    let (e, h) = (p.num_experts, x.cols);
+    let two_bytes = matches!(
+        router.data,
+        WeightData::Dense {
+            dtype: Dense::Bf16 | Dense::F16,
+            ..
+        }
+    );
+    let (blocks, bytes) = route_geometry(e, h);
+    let fits = x.rows == 1
+        && two_bytes
+        && matches!(norm.data, WeightData::Dense { .. })
+        && norm.numel() == h
+        && (router.rows(), router.cols()) == (e, h)
+        && h > 0
+        && h.is_multiple_of(8)
+        && h <= NR_HELD * NR_THREADS as usize
+        && p.top_k > 0
+        && p.top_k <= e.min(MAX_TOP_K)
+        && bytes <= be.route_shared as usize;
+    (be.fused_route && fits).then_some((blocks as u32, bytes as u32))
 }
 
 /// (code, alpha, limit) of the activation kernels' `act` arguments.
@@ -380,5 +499,28 @@ mod tests {
         assert_eq!(p.rows, 0);
         assert_eq!(p.spans, vec![(0, 0); 4]);
         assert_eq!(p.index, vec![-1, -1]);
+    }
+
+    /// The presets' routers spread over one cluster: gpt-oss-20b's 32 rows
+    /// of 2,880 four blocks of 8 (46 KB of rows each), gpt-oss-120b's 128
+    /// eight of 16 (92 KB), Qwen3-30B-A3B's 128 of 2,048 eight of 16;
+    /// Mixtral's 8 of 4,096 one block.
+    #[test]
+    fn the_fused_routing_spreads_the_router_over_one_cluster() {
+        assert_eq!(
+            route_geometry(32, 2880),
+            (4, 8 * 2880 * 2 + (2880 + 32) * 4)
+        );
+        assert_eq!(
+            route_geometry(128, 2880),
+            (8, 16 * 2880 * 2 + (2880 + 128) * 4)
+        );
+        assert_eq!(
+            route_geometry(128, 2048),
+            (8, 16 * 2048 * 2 + (2048 + 128) * 4)
+        );
+        assert_eq!(route_geometry(8, 4096), (1, 8 * 4096 * 2 + (4096 + 8) * 4));
+        // A 128-row cluster of blocks of 16 rows fits the H200's 227 KB.
+        assert!(route_geometry(128, 2880).1 < 227 * 1024);
     }
 }

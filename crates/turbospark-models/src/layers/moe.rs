@@ -32,7 +32,6 @@ pub struct MoeBlock<B: Backend> {
     down: B::Weight,
     down_bias: Option<B::Weight>,
     params: MoeParams,
-    hidden: usize,
 }
 
 impl<B: Backend> MoeBlock<B> {
@@ -84,7 +83,6 @@ impl<B: Backend> MoeBlock<B> {
             down,
             down_bias: l.tensor_if(m.biases, &format!("{x}.down_proj_bias"), &[e, h])?,
             params: params(m),
-            hidden: h,
         })
     }
 
@@ -96,27 +94,17 @@ impl<B: Backend> MoeBlock<B> {
     }
 
     /// `x += post(moe(rms_norm(x)))`: the router reads x through the
-    /// norm, which also hands the normed rows to the experts.
+    /// norm, which also hands the normed rows to the experts
+    /// ([`BlockNorms::moe`]).
     pub fn forward(&self, be: &B, x: &mut B::Tensor, norms: &BlockNorms<'_, B>) {
-        let n = be.shape(x).0;
-        let mut logits = be.tensor(n, self.params.num_experts);
-        let mut normed = be.tensor(n, self.hidden);
-        norms.linears(
-            be,
-            x,
-            &[(&self.router, self.router_bias.as_ref())],
-            &mut [&mut logits],
-            Some(&mut normed),
-        );
         let experts = Experts {
             gate_up: &self.gate_up,
             gate_up_bias: self.gate_up_bias.as_ref(),
             down: &self.down,
             down_bias: self.down_bias.as_ref(),
         };
-        norms.add_output(be, x, |acc| {
-            be.moe(&normed, &logits, &experts, &self.params, acc)
-        });
+        let router = (&self.router, self.router_bias.as_ref());
+        norms.moe(be, x, router, &experts, &self.params);
     }
 }
 

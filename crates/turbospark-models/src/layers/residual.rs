@@ -7,7 +7,7 @@
 //! The post-norms exist only in Gemma's sandwich layout. It owns the order
 //! of those steps; the blocks own what happens between them.
 
-use turbospark_backend::Backend;
+use turbospark_backend::{Backend, Experts, MoeParams};
 use turbospark_format::Activation;
 
 /// A block's norms: `pre` before it, `post` (Gemma) on its output before
@@ -46,6 +46,28 @@ impl<B: Backend> BlockNorms<'_, B> {
         out: &mut B::Tensor,
     ) {
         be.rms_norm_glu(x, self.pre, self.eps, gate, up, act, out);
+    }
+
+    /// `x += post(moe(rms_norm(x)))`, routed by `rms_norm(x) · Rᵀ (+ rb)`:
+    /// one backend operation without a post-norm (which a backend may
+    /// fuse), else the router through the norm, then the experts added
+    /// through the post-norm.
+    pub fn moe(
+        &self,
+        be: &B,
+        x: &mut B::Tensor,
+        router: (&B::Weight, Option<&B::Weight>),
+        experts: &Experts<'_, B::Weight>,
+        params: &MoeParams,
+    ) {
+        if self.post.is_none() {
+            return be.rms_norm_moe(x, self.pre, self.eps, router, experts, params);
+        }
+        let (rows, cols) = be.shape(x);
+        let mut logits = be.tensor(rows, params.num_experts);
+        let mut normed = be.tensor(rows, cols);
+        self.linears(be, x, &[router], &mut [&mut logits], Some(&mut normed));
+        self.add_output(be, x, |acc| be.moe(&normed, &logits, experts, params, acc));
     }
 
     /// `x += post(y · Wᵀ + bias)`: the block's output projection into the
