@@ -147,8 +147,9 @@ pub struct Cuda {
     /// ring's cap, `gemv::QX_STREAM_MAX_SHARED`, or less where the GPU
     /// gives a block less.
     qx_stream_shared: u32,
-    /// Route a decode row of an MoE block in one launch (`moe_norm_route`)
-    /// where its router fits in `route_shared` bytes (unless
+    /// Route a decode row of an MoE block in one launch (`moe_norm_route`,
+    /// sm_90: bulk copies and clusters) where each block's share of its
+    /// router fits in `route_shared` bytes (unless
     /// `TURBOSPARK_CUDA_FUSED_ROUTE=0`; see `moe::rms_norm_moe`).
     fused_route: bool,
     /// Dynamic shared memory `moe_norm_route` may take: what the GPU gives

@@ -130,8 +130,9 @@ const NR_ROWS: usize = 8;
 const MAX_CLUSTER: usize = 8;
 
 /// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`. One decode
-/// row whose router (bf16 or f16) fits in a block's shared memory:
-/// `moe_norm_route` norms the row, writes it for the experts and routes it
+/// row whose router (bf16 or f16) fits in the shared memory of one cluster
+/// of up to 8 blocks (`route_geometry`): `moe_norm_route` (sm_90) copies
+/// the router there, norms the row, writes it for the experts and routes it
 /// in one launch (the layer's experts then wait for one kernel, not for
 /// the router GEMV and the routing), and the experts run as in [`moe`].
 /// Otherwise [`rms_norm_moe_parts`]: the router GEMV with the norm fused,
