@@ -121,6 +121,8 @@ extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logi
 #define NR_WARPS 8
 #define NR_HELD 16
 
+// Σ of one 16-byte chunk of a router row (8 bf16 or f16 weights, widened
+// exactly) times the 8 matching normed values, in index order.
 __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b, int dt) {
     const u32 h[4] = {w.x, w.y, w.z, w.w};
     const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
