@@ -74,9 +74,10 @@ struct GemvSegs {
 #define GLU_CLAMPED_PAIRS 2
 // A dense MLP: gate = segment 0, up = segment 1 (as many rows each);
 // silu(gate) · up or gelu_tanh(gate) · up (elementwise.cu's glu). The
-// kernels interleave the two segments' units (rows, or row quads of the
-// grouped formats): virtual unit 2c is gate unit c and 2c + 1 up unit c,
-// neighbouring warps of one block (the host keeps W ≤ 4).
+// kernels interleave the two segments' rows: virtual row 2c is gate row c
+// and 2c + 1 up row c (seg_of), neighbouring warps of one block for the
+// dense kernels (the host keeps W ≤ 4), one warp's row quad for the
+// grouped ones (gemv_grouped.cu's Quad), a stage's rows for the streamed.
 #define GLU_SEGS_SILU 3
 #define GLU_SEGS_GELU_TANH 4
 
@@ -177,13 +178,12 @@ __device__ __forceinline__ T pick(const T (&arr)[GEMV_MAX_SEGS], u32 i) {
 
 // The segment holding virtual row `v` (segments padded to `align` rows)
 // and the row within it; false past the last segment. GLU_SEGS launches
-// interleave their two segments' units of `align` rows.
+// interleave their two segments' rows (`align` aside).
 __device__ __forceinline__ bool seg_of(const GemvSegs& sg, u32 v, u32 align, u32& seg, u32& r) {
     if (glu_segs(sg)) {
-        const u32 unit = v / align;
-        seg = unit & 1u;
-        r = (unit >> 1) * align + v % align;
-        return r < (sg.m[0] + align - 1) / align * align;
+        seg = v & 1u;
+        r = v >> 1;
+        return r < sg.m[0];
     }
 #pragma unroll
     for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {

@@ -332,9 +332,9 @@ pub(crate) fn launch_gemv(
             "gemv: a fused activation needs gate/up row pairs (one matrix, or two of one height on one row of x)"
         );
         (table.glu, table.glu_alpha, table.glu_limit) = (mode, alpha, limit);
-        // Pairs of rows (dense) or of row quads (two segments) meet in one
-        // block: an even number of them a block.
-        if !grouped || mode >= GLU_SEGS_SILU {
+        // A dense launch's pairs of rows meet in one block: an even number
+        // of them a block. A grouped launch's meet in one warp's row quad.
+        if !grouped {
             max_wpr = max_wpr.min(GEMV_WARPS_PER_BLOCK / 2);
         }
     }

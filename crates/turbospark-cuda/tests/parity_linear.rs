@@ -247,17 +247,21 @@ fn rms_norm_glu_writes_the_activation() {
                 let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m, m]);
                 let parts = gpu_parts(&ws, &biases);
                 let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+                // Up's bias only with silu: both with and without one run.
+                let up_bias = weight(&g, &rng.vec(m, 1.0), &[m], DType::BF16);
                 for act in [Activation::Silu, Activation::GeluTanh] {
+                    let ub = (act == Activation::Silu).then_some(&up_bias);
                     for n in [1, 3] {
                         let (cx, gx) = tensors(&g, &rng.vec(n * k, 1.0), n, k);
                         let cparts = [
                             (&ws[0].0, biases[0].as_ref().map(|b| &b.0)),
-                            (&ws[1].0, None),
+                            (&ws[1].0, ub.map(|b| &b.0)),
                         ];
+                        let up = (parts[1].0, ub.map(|b| &b.1));
                         let mut c = Cpu.tensor(n, m);
                         Cpu.rms_norm_glu(&cx, &cn, 1e-5, cparts[0], cparts[1], act, &mut c);
                         let mut o = g.tensor(n, m);
-                        g.rms_norm_glu(&gx, &gn, 1e-5, parts[0], parts[1], act, &mut o);
+                        g.rms_norm_glu(&gx, &gn, 1e-5, parts[0], up, act, &mut o);
                         let what = format!("rms_norm_glu {fmt} {precision:?} {act:?} k={k} n={n}");
                         check(&what, &g, &o, &c, 2.0 * gemv_tol(&g, &ws[0].1, n));
                     }

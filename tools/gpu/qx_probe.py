@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The engine's int4 integer-activation GEMV (gemv_q4_qx) alone, on
+Llama-3.1-8B's decode launches, in each configuration the engine uses:
+one matrix; q/k/v as three segments through a fused RMSNorm; gate and up as
+two segments with the SiLU product written by the gate's warp (GLU_SEGS)
+through the norm; o and down adding into the residual stream. Run on the GPU
+machine from the repository root: `python3 tools/gpu/qx_probe.py` (torch
+for memory and events, NVRTC and the driver through ctypes, as
+ring_probe.py).
+
+Each configuration is checked against torch's product on the same rounding
+of x (int8 codes a 32-value group; the sums exact in integers), then timed:
+microseconds a launch, from a CUDA graph of launches each on its own copy of
+the weights so that L2 does not hold them, and the weight bytes' rate.
+
+`--against DIR` also builds the kernels from DIR (another checkout's
+crates/turbospark-cuda/kernels) and times both, alternating, twice each.
+"""
+import ctypes
+import math
+import sys
+
+import torch
+
+sys.path.insert(0, "tools/gpu")
+from ring_probe import load_lib, ptx_of, LAUNCHES  # noqa: E402
+
+KERNELS = "crates/turbospark-cuda/kernels"
+SOURCES = [f"{KERNELS}/common.cuh", f"{KERNELS}/gemv_common.cuh",
+           f"{KERNELS}/grouped_formats.cuh", f"{KERNELS}/gemv_grouped.cu"]
+RESIDENT = 2 * 132
+
+
+class Segs(ctypes.Structure):
+    """kernels/gemv_common.cuh's GemvSegs."""
+    _fields_ = [("w", ctypes.c_uint64 * 3), ("scales", ctypes.c_uint64 * 3),
+                ("bias", ctypes.c_uint64 * 3), ("out", ctypes.c_uint64 * 3),
+                ("m", ctypes.c_uint32 * 3), ("count", ctypes.c_uint32),
+                ("norm", ctypes.c_uint64), ("normed", ctypes.c_uint64),
+                ("norm_dt", ctypes.c_int32), ("eps", ctypes.c_float),
+                ("accumulate", ctypes.c_uint32), ("glu", ctypes.c_int32),
+                ("glu_alpha", ctypes.c_float), ("glu_limit", ctypes.c_float)]
+
+
+class K:
+    def __init__(self, kernels=KERNELS):
+        torch.zeros(1, device="cuda")
+        self.cu = load_lib(["libcuda.so.1", "libcuda.so"])
+        sources = [f.replace(KERNELS, kernels) for f in SOURCES]
+        src = "".join(open(f).read() + "\n" for f in sources).encode()
+        mod = ctypes.c_void_p()
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(mod), ptx_of(src)), "load")
+        self.fns = {}
+        for name in (b"gemv_q4_qx",):
+            f = ctypes.c_void_p()
+            self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), mod, name), name)
+            self.check(self.cu.cuFuncSetAttribute(f, 8, 200 * 1024), "attr")
+            self.fns[name.decode()] = f
+
+    def check(self, rc, what):
+        if rc != 0:
+            sys.exit(f"{what}: CUDA error {rc}")
+
+    @staticmethod
+    def stream():
+        return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def launch(self, name, grid, shared, args):
+        ptrs = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p)
+                                               for a in args])
+        self.check(self.cu.cuLaunchKernel(self.fns[name], grid[0], grid[1], 1, 256, 1, 1, shared,
+                                          self.stream(), ptrs, None), f"launch {name}")
+
+    def timed(self, launch, reps=5):
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            launch(0)
+            torch.cuda.synchronize()
+            self.check(self.cu.cuStreamBeginCapture_v2(self.stream(), 2), "capture")
+            for i in range(LAUNCHES):
+                launch(i)
+            g, exe = ctypes.c_void_p(), ctypes.c_void_p()
+            self.check(self.cu.cuStreamEndCapture(self.stream(), ctypes.byref(g)), "end")
+            self.check(self.cu.cuGraphInstantiateWithFlags(ctypes.byref(exe), g,
+                                                           ctypes.c_uint64(0)), "inst")
+            best = float("inf")
+            for _ in range(reps):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record(side)
+                self.check(self.cu.cuGraphLaunch(exe, self.stream()), "graph")
+                b.record(side)
+                side.synchronize()
+                best = min(best, a.elapsed_time(b) * 1e3 / LAUNCHES)
+            self.cu.cuGraphExecDestroy(exe)
+            self.cu.cuGraphDestroy(g)
+        return best
+
+
+def engine_geometry(m, k, glu=False):
+    """src/gemv.rs: qx_warps_cap, qx_max_wpr, persistent_geometry (GR 4)."""
+    cap = 1 << int(math.log2(max(1, k // 32 // 64)))
+    if glu:
+        cap = min(cap, 4)
+    blocks_at_one = math.ceil(m / 32)
+    max_wpr = 1 if blocks_at_one > RESIDENT else cap
+
+    def busy(w):
+        work = math.ceil(m / (8 // w * 4))
+        return work / (math.ceil(work / RESIDENT) * RESIDENT)
+    ws = [w for w in (1, 2, 4, 8) if w <= max(1, max_wpr)]
+    wpr = next((w for w in ws if busy(w) >= 0.9), max(ws, key=busy))
+    blocks = math.ceil(m / (8 // wpr * 4))
+    return wpr, math.ceil(blocks / math.ceil(blocks / RESIDENT))
+
+
+GLU_SEGS_SILU = 3
+# name, k, segment heights, fused norm, SiLU of two segments, residual add
+CONFIGS = [
+    ("q+k+v, one matrix", 4096, [6144], False, False, False),
+    ("q+k+v, three segments", 4096, [4096, 1024, 1024], False, False, False),
+    ("q+k+v, three segments + norm (engine)", 4096, [4096, 1024, 1024], True, False, False),
+    ("o, one matrix", 4096, [4096], False, False, False),
+    ("o + residual add (engine)", 4096, [4096], False, False, True),
+    ("gate+up, one matrix", 4096, [28672], False, False, False),
+    ("gate+up, two segments", 4096, [14336, 14336], False, False, False),
+    ("gate+up, one matrix + norm", 4096, [28672], True, False, False),
+    ("gate+up, two segments + SiLU", 4096, [14336, 14336], False, True, False),
+    ("gate+up, two segments + SiLU + norm (engine)", 4096, [14336, 14336], True, True, False),
+    ("down, one matrix", 14336, [4096], False, False, False),
+    ("down + residual add (engine)", 14336, [4096], False, False, True),
+    ("lm_head, one matrix", 4096, [128256], False, False, False),
+]
+
+
+def rounded(x):
+    """x as the kernels round it: codes and steps per 32 values."""
+    xg = x.view(-1, 32)
+    amax = xg.abs().amax(dim=1, keepdim=True)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))  # f32, as the kernel
+    return (torch.round(xg * inv).double() * (amax * (1.0 / 127.0)).double()).view(-1)
+
+
+def dequant(codes, scales):
+    m = codes.shape[0]
+    lo, hi = (codes & 0x0F).double(), (codes >> 4).double()
+    q = torch.stack([lo, hi], dim=-1).view(m, -1, 32) - 8.0
+    return (q * scales.double().unsqueeze(-1)).view(m, -1)
+
+
+def main():
+    builds = [("this tree", K())]
+    if "--against" in sys.argv:
+        other = sys.argv[sys.argv.index("--against") + 1]
+        builds.append((other, K(other)))
+    torch.manual_seed(0)
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    for name, k, heights, norm, glu, accumulate in CONFIGS:
+        m = sum(heights)
+        nbytes = m * k // 2 + m * k // 32 * 2
+        copies = max(2, math.ceil(300e6 / nbytes))
+        mats = [[(torch.randint(0, 256, (h, k // 2), dtype=torch.uint8, device="cuda"),
+                  (torch.rand(h, k // 32, device="cuda") * 0.02 + 0.001).half()) for h in heights]
+                for _ in range(copies)]
+        x = torch.randn(k, device="cuda")
+        nw = (torch.rand(k, device="cuda") + 0.5).bfloat16()
+        outs = [torch.zeros(h, device="cuda") for h in heights]
+        start = [torch.randn(h, device="cuda") for h in heights]
+        # The reference: x through the norm (the kernel rounds w · x and
+        # scales the sums by r), each segment's product, then SiLU or the add.
+        xin = x * nw.float() if norm else x
+        r = (1.0 / torch.sqrt((x.double() ** 2).mean() + 1e-5)).item() if norm else 1.0
+        ys = [dequant(c, s) @ rounded(xin) * r for c, s in mats[0]]
+        if glu:
+            g = ys[0]
+            ys = [g / (1.0 + torch.exp(-g)) * ys[1]]
+        elif accumulate:
+            ys = [y + st.double() for y, st in zip(ys, start)]
+
+        def launch(i, wpr, grid, k_):
+            sg = Segs()
+            for s_, (c, sc) in enumerate(mats[i % copies]):
+                sg.w[s_], sg.scales[s_] = c.data_ptr(), sc.data_ptr()
+                sg.out[s_], sg.m[s_] = outs[s_].data_ptr(), heights[s_]
+            sg.count = len(heights)
+            if norm:
+                sg.norm, sg.norm_dt, sg.eps = nw.data_ptr(), 1, 1e-5
+            sg.accumulate = int(accumulate)
+            sg.glu = GLU_SEGS_SILU if glu else 0
+            k_.launch("gemv_q4_qx", (1, grid), k + k // 32 * 4,
+                      [sg, u64(x.data_ptr()), ctypes.c_int32(0), u64(0), u32(1), u32(1), u32(k),
+                       u32(wpr)])
+
+        rows = sum(-(-h // 4) * 4 for h in heights)
+        wpr, grid = engine_geometry(rows, k, glu)
+        print(f"{name}: {m}x{k} ({nbytes / 1e6:.1f} MB) wpr {wpr} grid {grid}", flush=True)
+        times = {b: [] for b, _ in builds}
+        for rep in range(2 if len(builds) > 1 else 1):
+            for b, k_ in builds:
+                for o, st in zip(outs, start):
+                    o.copy_(st)
+                launch(0, wpr, grid, k_)
+                torch.cuda.synchronize()
+                err = max(((o[:y.numel()].double() - y).abs().max() / y.abs().max()).item()
+                          for o, y in zip(outs, ys))
+                t = k_.timed(lambda i: launch(i, wpr, grid, k_))
+                times[b].append(t)
+                if rep == 0:
+                    print(f"  {b}: max|Δ|/max|ref| {err:.1e}", flush=True)
+        for b, ts in times.items():
+            print(f"  {b}: " + ", ".join(f"{t:.2f}" for t in ts) + f" µs, "
+                  f"{nbytes / min(ts) / 1e6:.2f} TB/s", flush=True)
+        del mats
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
