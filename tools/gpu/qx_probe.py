@@ -129,6 +129,11 @@ CONFIGS = [
     ("down, one matrix", 14336, [4096], False, False, False),
     ("down + residual add (engine)", 14336, [4096], False, False, True),
     ("lm_head, one matrix", 4096, [128256], False, False, False),
+    # Almost no weights: what a launch costs beside its bytes (x rounded
+    # by every block, one round trip, the store), at o's and down's widths.
+    ("64 rows at o's width", 4096, [64], False, False, False),
+    ("64 rows at down's width", 14336, [64], False, False, False),
+    ("64 rows at o's width + norm", 4096, [64], True, False, False),
 ]
 
 

@@ -103,14 +103,11 @@ __device__ __forceinline__ GemvRow gemv_row(const GemvSegs& sg, u32 wpr, u32 vb)
 // launch's pairs are neighbouring rows of the block (an even number of
 // rows a block: the host keeps W ≤ 4): their first lanes meet in shared
 // memory and the gate row's writes the activation (pair c of a job's
-// m / 2 in one segment, or of m with GLU_SEGS, where g.r is c). With
-// `held` (NX = 1, accumulate), the first lane has read what the output
-// held as the row started, so the store need not wait a round trip for it
-// before the warp's next row (gemv_grouped.cu's grouped_store likewise).
+// m / 2 in one segment, or of m with GLU_SEGS, where g.r is c).
 template <int NX>
 __device__ __forceinline__ void gemv_store(const GemvSegs& sg, float* acc, int bias_dt, u64 e,
                                            u32 job, u32 nx, const GemvRow& g, float r,
-                                           bool accumulate, const float* held = nullptr) {
+                                           bool accumulate) {
     float* out = g.out;
     const void* bias = g.bias;
     const u32 m = g.m;
@@ -156,10 +153,6 @@ __device__ __forceinline__ void gemv_store(const GemvSegs& sg, float* acc, int b
         return;
     }
     if (!first) return;
-    if (held) {
-        out[(u64)job * m + g.r] = out_value(acc[0], r, bias, bias_dt, bias_at) + *held;
-        return;
-    }
 #pragma unroll
     for (u32 t = 0; t < NX; t++) {
         if (t < nx) {
@@ -180,9 +173,6 @@ __device__ __forceinline__ void gemv_dense_rows(const GemvSegs& sg, const GemvRo
     float acc[NX];
 #pragma unroll
     for (int t = 0; t < NX; t++) acc[t] = 0.0f;
-    const bool hold = NX == 1 && accumulate;
-    const float held =
-        hold && g.valid && g.part == 0 && g.lane == 0 ? g.out[(u64)job * g.m + g.r] : 0.0f;
     if (g.valid && (k & 7u) == 0) {
         const u32 step = 256 * wpr;
         // U chunks a step, all fetched before any is used; the per-lane
@@ -237,7 +227,7 @@ __device__ __forceinline__ void gemv_dense_rows(const GemvSegs& sg, const GemvRo
             }
         }
     }
-    gemv_store<NX>(sg, acc, bias_dt, e, job, nx, g, r, accumulate, hold ? &held : nullptr);
+    gemv_store<NX>(sg, acc, bias_dt, e, job, nx, g, r, accumulate);
 }
 
 // A fused norm's x (one row, k a multiple of 8): the first `threads`

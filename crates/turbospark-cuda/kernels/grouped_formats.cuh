@@ -258,20 +258,21 @@ __device__ __forceinline__ void pack_x(uint4& o, const int* n) {
 
 // Rounds one k-wide f32 row to codes and steps (see above); the block's
 // first `threads` threads (whole warps) take part. A thread takes 8
-// values, four threads a group (so the group max is two shuffles). With a fused norm (`norm` non-null)
-// it rounds w_norm · x instead and returns this thread's part of Σ x²: the
-// norm's factor r is common to every value, so the codes are the same and
-// r scales the row's sum when it is stored.
-template <class F>
-__device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::XWord* xq,
-                                            float* xd, const GemvSegs& sg, u32 threads) {
-    const void* norm = sg.norm;
+// values, four threads a group (so the group max is two shuffles). With a
+// fused norm (`norm` non-null) it rounds w_norm · x instead and returns this
+// thread's part of Σ x²: the norm's factor r is common to every value, so
+// the codes are the same and r scales the row's sum when it is stored.
+// QC chunks a thread are loaded before any is rounded, so a row takes
+// ⌈k / (8 · QC · threads)⌉ round trips to L2: without a norm 8 (the down
+// projection's 14,336 values in one, not two: a third of its rounding's
+// cost), with one 4 (its weights are as many registers again, and a norm's
+// row, the hidden size, fits one round at 4).
+template <class F, int QC>
+__device__ __forceinline__ float quantize_rounds(const float* xr, u32 k, typename F::XWord* xq,
+                                                 float* xd, const void* norm, int norm_dt,
+                                                 u32 threads) {
     float ss = 0.0f;
     const u32 chunks = k / 8;  // a multiple of 4: whole groups per 4 lanes
-    // QC chunks a thread are loaded before any is rounded: a wide row (the
-    // down projection's 14,336 values) then takes two round trips to L2,
-    // not seven.
-    constexpr int QC = 4;
     for (u32 base = 0; base < chunks; base += QC * threads) {
         float4 lo[QC], hi[QC];
         float nw[QC][8];  // the norm's weights, loaded with x
@@ -281,7 +282,7 @@ __device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::
             if (c < chunks) {
                 lo[r] = ((const float4*)xr)[2 * c];
                 hi[r] = ((const float4*)xr)[2 * c + 1];
-                if (norm) load_w8(norm, sg.norm_dt, 8 * c, nw[r]);
+                if (norm) load_w8(norm, norm_dt, 8 * c, nw[r]);
             } else {
                 lo[r] = hi[r] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
@@ -319,3 +320,9 @@ __device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::
     return ss;
 }
 
+template <class F>
+__device__ __forceinline__ float quantize_x(const float* xr, u32 k, typename F::XWord* xq,
+                                            float* xd, const GemvSegs& sg, u32 threads) {
+    if (sg.norm) return quantize_rounds<F, 4>(xr, k, xq, xd, sg.norm, sg.norm_dt, threads);
+    return quantize_rounds<F, 8>(xr, k, xq, xd, nullptr, 0, threads);
+}
