@@ -278,6 +278,10 @@ __device__ __forceinline__ float quantize_rounds(const float* xr, u32 k, typenam
         float nw[QC][8];  // the norm's weights, loaded with x
 #pragma unroll
         for (int r = 0; r < QC; r++) {
+            // Slots past the row are left out whole (the same for every
+            // thread: the shuffles below stay in step), so a short row
+            // pays for the chunks it has, not for QC.
+            if (base + r * threads >= chunks) break;
             const u32 c = base + r * threads + threadIdx.x;
             if (c < chunks) {
                 lo[r] = ((const float4*)xr)[2 * c];
@@ -289,6 +293,7 @@ __device__ __forceinline__ float quantize_rounds(const float* xr, u32 k, typenam
         }
 #pragma unroll
         for (int r = 0; r < QC; r++) {
+            if (base + r * threads >= chunks) break;
             const u32 c = base + r * threads + threadIdx.x;
             float v[8] = {lo[r].x, lo[r].y, lo[r].z, lo[r].w, hi[r].x, hi[r].y, hi[r].z, hi[r].w};
             if (norm && c < chunks) {
