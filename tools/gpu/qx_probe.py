@@ -23,7 +23,7 @@ import sys
 import torch
 
 sys.path.insert(0, "tools/gpu")
-from ring_probe import load_lib, ptx_of, LAUNCHES  # noqa: E402
+from ring_probe import Kernels, timed  # noqa: E402
 
 KERNELS = "crates/turbospark-cuda/kernels"
 SOURCES = [f"{KERNELS}/common.cuh", f"{KERNELS}/gemv_common.cuh",
@@ -42,58 +42,9 @@ class Segs(ctypes.Structure):
                 ("glu_alpha", ctypes.c_float), ("glu_limit", ctypes.c_float)]
 
 
-class K:
-    def __init__(self, kernels=KERNELS):
-        torch.zeros(1, device="cuda")
-        self.cu = load_lib(["libcuda.so.1", "libcuda.so"])
-        sources = [f.replace(KERNELS, kernels) for f in SOURCES]
-        src = "".join(open(f).read() + "\n" for f in sources).encode()
-        mod = ctypes.c_void_p()
-        self.check(self.cu.cuModuleLoadData(ctypes.byref(mod), ptx_of(src)), "load")
-        self.fns = {}
-        for name in (b"gemv_q4_qx",):
-            f = ctypes.c_void_p()
-            self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), mod, name), name)
-            self.check(self.cu.cuFuncSetAttribute(f, 8, 200 * 1024), "attr")
-            self.fns[name.decode()] = f
-
-    def check(self, rc, what):
-        if rc != 0:
-            sys.exit(f"{what}: CUDA error {rc}")
-
-    @staticmethod
-    def stream():
-        return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-
-    def launch(self, name, grid, shared, args):
-        ptrs = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p)
-                                               for a in args])
-        self.check(self.cu.cuLaunchKernel(self.fns[name], grid[0], grid[1], 1, 256, 1, 1, shared,
-                                          self.stream(), ptrs, None), f"launch {name}")
-
-    def timed(self, launch, reps=5):
-        side = torch.cuda.Stream()
-        with torch.cuda.stream(side):
-            launch(0)
-            torch.cuda.synchronize()
-            self.check(self.cu.cuStreamBeginCapture_v2(self.stream(), 2), "capture")
-            for i in range(LAUNCHES):
-                launch(i)
-            g, exe = ctypes.c_void_p(), ctypes.c_void_p()
-            self.check(self.cu.cuStreamEndCapture(self.stream(), ctypes.byref(g)), "end")
-            self.check(self.cu.cuGraphInstantiateWithFlags(ctypes.byref(exe), g,
-                                                           ctypes.c_uint64(0)), "inst")
-            best = float("inf")
-            for _ in range(reps):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record(side)
-                self.check(self.cu.cuGraphLaunch(exe, self.stream()), "graph")
-                b.record(side)
-                side.synchronize()
-                best = min(best, a.elapsed_time(b) * 1e3 / LAUNCHES)
-            self.cu.cuGraphExecDestroy(exe)
-            self.cu.cuGraphDestroy(g)
-        return best
+def build(kernels=KERNELS):
+    """gemv_q4_qx from the kernel sources in `kernels`."""
+    return Kernels([f.replace(KERNELS, kernels) for f in SOURCES], (b"gemv_q4_qx",))
 
 
 def engine_geometry(m, k, glu=False):
@@ -153,10 +104,10 @@ def dequant(codes, scales):
 
 
 def main():
-    builds = [("this tree", K())]
+    builds = [("this tree", build())]
     if "--against" in sys.argv:
         other = sys.argv[sys.argv.index("--against") + 1]
-        builds.append((other, K(other)))
+        builds.append((other, build(other)))
     torch.manual_seed(0)
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     for name, k, heights, norm, glu, accumulate in CONFIGS:
@@ -191,7 +142,7 @@ def main():
                 sg.norm, sg.norm_dt, sg.eps = nw.data_ptr(), 1, 1e-5
             sg.accumulate = int(accumulate)
             sg.glu = GLU_SEGS_SILU if glu else 0
-            k_.launch("gemv_q4_qx", (1, grid), k + k // 32 * 4,
+            k_.launch("gemv_q4_qx", (1, grid), 256, k + k // 32 * 4,
                       [sg, u64(x.data_ptr()), ctypes.c_int32(0), u64(0), u32(1), u32(1), u32(k),
                        u32(wpr)])
 
@@ -207,14 +158,14 @@ def main():
                 torch.cuda.synchronize()
                 err = max(((o[:y.numel()].double() - y).abs().max() / y.abs().max()).item()
                           for o, y in zip(outs, ys))
-                t = k_.timed(lambda i: launch(i, wpr, grid, k_))
+                t = timed(k_, lambda i: launch(i, wpr, grid, k_))
                 times[b].append(t)
                 if rep == 0:
                     print(f"  {b}: max|Δ|/max|ref| {err:.1e}", flush=True)
         for b, ts in times.items():
             print(f"  {b}: " + ", ".join(f"{t:.2f}" for t in ts) + f" µs, "
                   f"{nbytes / min(ts) / 1e6:.2f} TB/s", flush=True)
-        del mats
+        mats.clear()  # frees the copies before the next configuration
         torch.cuda.empty_cache()
 
 

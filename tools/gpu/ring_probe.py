@@ -17,7 +17,6 @@ launches do not find their bytes in L2.
 """
 import ctypes
 import ctypes.util
-import os
 import sys
 
 import torch
@@ -61,14 +60,18 @@ def ptx_of(src: bytes) -> bytes:
 
 
 class Kernels:
-    def __init__(self):
+    """The kernels `names` of `sources` (concatenated, as src/compile.rs
+    does), compiled by NVRTC and loaded in torch's context (qx_probe.py
+    loads its own through this too)."""
+
+    def __init__(self, sources=SOURCES, names=(b"ring_probe", b"load_probe")):
         torch.zeros(1, device="cuda")  # makes torch's context current
         self.cu = load_lib(["libcuda.so.1", "libcuda.so"])
-        src = "".join(open(f).read() + "\n" for f in SOURCES).encode()
+        src = "".join(open(f).read() + "\n" for f in sources).encode()
         mod = ctypes.c_void_p()
         self.check(self.cu.cuModuleLoadData(ctypes.byref(mod), ptx_of(src)), "cuModuleLoadData")
         self.fns = {}
-        for name in (b"ring_probe", b"load_probe"):
+        for name in names:
             f = ctypes.c_void_p()
             self.check(self.cu.cuModuleGetFunction(ctypes.byref(f), mod, name), name)
             # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -80,11 +83,14 @@ class Kernels:
             sys.exit(f"{what}: CUDA error {rc}")
 
     def launch(self, name, grid, block, shared, args):
-        vals = [a if isinstance(a, (ctypes.c_uint64, ctypes.c_uint32)) else ctypes.c_uint64(a)
+        """grid: blocks along x, or (x, y); args: ints (passed as 64-bit
+        values) or ctypes values (a structure passes by value)."""
+        gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
+        vals = [a if isinstance(a, (ctypes._SimpleCData, ctypes.Structure)) else ctypes.c_uint64(a)
                 for a in args]
         params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
                                                  for v in vals])
-        self.check(self.cu.cuLaunchKernel(self.fns[name], grid, 1, 1, block, 1, 1, shared,
+        self.check(self.cu.cuLaunchKernel(self.fns[name], gx, gy, 1, block, 1, 1, shared,
                                           self.stream(), params, None), f"launch {name}")
 
     @staticmethod
