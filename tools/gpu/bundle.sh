@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs (it has CUDA but no Rust toolchain): the
-# release CLI with `--features cuda` and the CUDA test binaries, stripped,
-# into .device/ at the repository root, with the scripts of this folder.
-# Copy .device/ (and tests/fixtures, which the repository carries) to the GPU
-# machine and run `.device/suite.sh` from the repository root there.
+# release CLI with `--features cuda` and the CUDA test binaries, stripped and
+# gzipped (the device tool carries at most 64 MiB: the tracked tree, ~47 MB,
+# plus .device/), into .device/ at the repository root, with the scripts of
+# this folder. With OLD_REV=<rev> it also builds that revision's CLI (in a
+# git worktree under target/, its own target directory: a first build takes
+# ~10 minutes on two cores) as .device/turbospark_old, for ab.sh.
+# Run `.device/suite.sh` or `.device/ab.sh` from the repository root there
+# (carry [".device"]); both unpack the binaries first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -p turbospark --features cuda
 # `--no-run` prints each test binary's path ("Executable ... (path)").
 paths=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
+rm -rf .device
 mkdir -p .device
 cp target/release/turbospark .device/
-for t in parity parity_linear parity_moe sampling fixtures_on_gpu flash_attention kernels_compile; do
+tests="parity parity_linear parity_moe sampling fixtures_on_gpu flash_attention"
+for t in $tests; do
     cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t"
 done
-strip .device/turbospark .device/parity .device/parity_linear .device/parity_moe .device/sampling .device/fixtures_on_gpu \
-    .device/flash_attention .device/kernels_compile
-cp tools/gpu/suite.sh tools/gpu/ncu_table.py .device/
+if [ -n "${OLD_REV:-}" ]; then
+    wt=target/old-worktree
+    git worktree remove --force "$wt" 2>/dev/null || true
+    git worktree add --detach "$wt" "$OLD_REV"
+    (cd "$wt" && CARGO_TARGET_DIR=../old-target cargo build --release -p turbospark --features cuda)
+    cp target/old-target/release/turbospark .device/turbospark_old
+    git worktree remove --force "$wt"
+fi
+for b in .device/turbospark* $(printf ".device/%s " $tests); do
+    strip "$b"
+    gzip -9 "$b"
+done
+cp tools/gpu/suite.sh tools/gpu/ab.sh tools/gpu/ncu_table.py .device/
 du -sh .device

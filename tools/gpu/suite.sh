@@ -10,6 +10,7 @@
 # decodes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+for f in .device/*.gz; do gunzip -f "$f"; done
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 export TURBOSPARK_FIXTURES=$PWD/tests/fixtures TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after
+# `OLD_REV=<rev> tools/gpu/bundle.sh`: decode and prefill of the old build
+# (.device/turbospark_old) and this one (.device/turbospark) alternated in
+# separate processes, REPS rounds, for each preset given, e.g.
+#   .device/ab.sh 2 "llama-3.1-8b --quant int4" gpt-oss-20b
+# Each call of the device tool starts a fresh machine, on which the same
+# binary measures differently, so only figures of one call compare.
+# One line a run, as it ends, to $OUT/ab.txt (default ./gpu-results).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+for f in .device/*.gz; do gunzip -f "$f"; done
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
+export TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+reps=$1
+shift
+for p in "$@"; do
+    for _ in $(seq "$reps"); do
+        for b in turbospark_old turbospark; do
+            # shellcheck disable=SC2086 # the preset carries its flags
+            line=$(timeout 200 ".device/$b" bench --device cuda --json --synthetic $p \
+                --prompt-len 2048 --gen-len 128 2>/dev/null | tail -1)
+            python3 -c 'import json, sys
+d = json.loads(sys.argv[3])
+print("%s | %s | decode %.1f | prefill %.0f" % (sys.argv[1], sys.argv[2], d["decode_tok_s"], d["prefill_tok_s"]))' \
+                "$b" "$p" "$line" 2>/dev/null || echo "$b | $p | failed: ${line:0:200}"
+        done
+    done
+done | tee -a "$OUT/ab.txt"
