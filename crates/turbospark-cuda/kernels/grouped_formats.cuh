@@ -264,9 +264,9 @@ __device__ __forceinline__ void pack_x(uint4& o, const int* n) {
 // the codes are the same and r scales the row's sum when it is stored.
 // QC chunks a thread are loaded before any is rounded, so a row takes
 // ⌈k / (8 · QC · threads)⌉ round trips to L2: without a norm 8 (the down
-// projection's 14,336 values in one, not two: a third of its rounding's
-// cost), with one 4 (its weights are as many registers again, and a norm's
-// row, the hidden size, fits one round at 4).
+// projection's 14,336 values in one, not two: Llama-8B int4's down launch
+// 0.6 µs shorter alone), with one 4 (its weights are as many registers
+// again, and a norm's row, the hidden size, fits one round at 4).
 template <class F, int QC>
 __device__ __forceinline__ float quantize_rounds(const float* xr, u32 k, typename F::XWord* xq,
                                                  float* xd, const void* norm, int norm_dt,
