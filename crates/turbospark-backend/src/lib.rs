@@ -107,9 +107,34 @@ pub fn host_row<B: Backend + ?Sized>(be: &B, logits: &B::Tensor, row: usize) -> 
     all
 }
 
-/// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`: the router
+/// `(rms_norm(x), rms_norm(x) · Rᵀ (+ rb))` for `router` = (R, rb): an MoE
+/// block's normed rows and router logits, from the router projection
 /// through the norm ([`Backend::rms_norm_linears`], which also writes the
-/// normed rows), then [`Backend::moe`] into `x`. What
+/// normed rows).
+pub fn rms_norm_route<B: Backend + ?Sized>(
+    be: &B,
+    x: &B::Tensor,
+    norm: &B::Weight,
+    eps: f32,
+    router: (&B::Weight, Option<&B::Weight>),
+    num_experts: usize,
+) -> (B::Tensor, B::Tensor) {
+    let (rows, cols) = be.shape(x);
+    let mut logits = be.tensor(rows, num_experts);
+    let mut normed = be.tensor(rows, cols);
+    be.rms_norm_linears(
+        x,
+        norm,
+        eps,
+        &[router],
+        &mut [&mut logits],
+        Some(&mut normed),
+    );
+    (normed, logits)
+}
+
+/// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`:
+/// [`rms_norm_route`], then [`Backend::moe`] into `x`. What
 /// [`Backend::rms_norm_moe`] does unless a backend fuses it.
 pub fn rms_norm_moe_parts<B: Backend + ?Sized>(
     be: &B,
@@ -120,17 +145,7 @@ pub fn rms_norm_moe_parts<B: Backend + ?Sized>(
     experts: &Experts<'_, B::Weight>,
     params: &MoeParams,
 ) {
-    let (rows, cols) = be.shape(x);
-    let mut logits = be.tensor(rows, params.num_experts);
-    let mut normed = be.tensor(rows, cols);
-    be.rms_norm_linears(
-        x,
-        norm,
-        eps,
-        &[router],
-        &mut [&mut logits],
-        Some(&mut normed),
-    );
+    let (normed, logits) = rms_norm_route(be, x, norm, eps, router, params.num_experts);
     be.moe(&normed, &logits, experts, params, x);
 }
 

@@ -195,11 +195,12 @@ impl Cuda {
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )?;
         let bulk_copies = major >= 9 && optin >= gemv::STREAM_MAX_SHARED as i32;
-        // The int8 ring's cap, or the GPU's opt-in less 2 KB where that is
-        // less: the attribute counts dynamic memory only, and setting it
-        // past what the kernel's static shared memory leaves fails.
-        let qx_stream_shared =
-            gemv::QX_STREAM_MAX_SHARED.min((optin.max(0) as u32).saturating_sub(2048));
+        // The dynamic shared memory a kernel with up to 2 KB of static
+        // shared memory may opt into: the attribute counts dynamic memory
+        // only, and setting it past what the static memory leaves fails.
+        let optin_dynamic = (optin.max(0) as u32).saturating_sub(2048);
+        // The int8 ring's cap, or less where the GPU gives less.
+        let qx_stream_shared = gemv::QX_STREAM_MAX_SHARED.min(optin_dynamic);
         if bulk_copies {
             let caps = [
                 (&k.gemv_bf16_stream, gemv::STREAM_MAX_SHARED),
@@ -213,10 +214,9 @@ impl Cuda {
                 )?;
             }
         }
-        let route_shared = (optin.max(0) as u32).saturating_sub(2048);
         k.moe_norm_route.set_attribute(
             sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            route_shared as i32,
+            optin_dynamic as i32,
         )?;
         // One stream and no cross-stream hazards: cudarc's per-buffer event
         // tracking would only add two events to every allocation.
@@ -255,7 +255,7 @@ impl Cuda {
             qx_stream_shared,
             fused_route: bulk_copies
                 && std::env::var("TURBOSPARK_CUDA_FUSED_ROUTE").map_or(true, |v| v != "0"),
-            route_shared,
+            route_shared: optin_dynamic,
         })
     }
 

@@ -17,6 +17,28 @@ mod common;
 
 use common::*;
 
+/// gpt-oss's expert activation.
+const CLAMPED: ExpertAct = ExpertAct::ClampedSwiGlu {
+    alpha: 1.702,
+    limit: 7.0,
+};
+
+fn params(
+    num_experts: usize,
+    top_k: usize,
+    width: usize,
+    routing: Routing,
+    act: ExpertAct,
+) -> MoeParams {
+    MoeParams {
+        num_experts,
+        top_k,
+        width,
+        routing,
+        act,
+    }
+}
+
 /// One layer's experts `[experts, 2·width, hidden]` / `[experts, hidden,
 /// width]` on both backends, with a bf16 gate_up bias and an f32 down bias
 /// when `biases`. MXFP4 experts get scales 2^−5 ..= 2^−4: outputs of a
@@ -151,13 +173,7 @@ fn moe_routing_modes_activations_and_formats() {
         Routing::SoftmaxTopK { renormalize: false },
         Routing::SoftmaxTopK { renormalize: true },
     ];
-    let acts = [
-        ExpertAct::SwiGlu,
-        ExpertAct::ClampedSwiGlu {
-            alpha: 1.702,
-            limit: 7.0,
-        },
-    ];
+    let acts = [ExpertAct::SwiGlu, CLAMPED];
     for mx in [false, true] {
         for biases in [false, true] {
             let set = ExpertSet::new(&g, &mut rng, mx, [experts, hidden, width], biases);
@@ -167,13 +183,7 @@ fn moe_routing_modes_activations_and_formats() {
                 (routings[2], acts[0], 3),
                 (routings[2], acts[1], 1),
             ] {
-                let p = MoeParams {
-                    num_experts: experts,
-                    top_k,
-                    width,
-                    routing,
-                    act,
-                };
+                let p = params(experts, top_k, width, routing, act);
                 for precision in [Precision::Bf16, Precision::F32] {
                     g.set_precision(precision);
                     for rows in [1, 3, 5, 33] {
@@ -198,29 +208,19 @@ fn moe_grouped_prefill_by_expert() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng(23);
     let experts = 12;
-    let clamped = ExpertAct::ClampedSwiGlu {
-        alpha: 1.702,
-        limit: 7.0,
-    };
     for (mx, hidden, width) in [(true, 96, 64), (false, 36, 20)] {
         let set = ExpertSet::new(&g, &mut rng, mx, [experts, hidden, width], true);
         for (routing, act, top_k) in [
-            (Routing::TopKSoftmax, clamped, 4),
+            (Routing::TopKSoftmax, CLAMPED, 4),
             (Routing::TopKSoftmax, ExpertAct::SwiGlu, 2),
             (
                 Routing::SoftmaxTopK { renormalize: true },
                 ExpertAct::SwiGlu,
                 4,
             ),
-            (Routing::SoftmaxTopK { renormalize: false }, clamped, 2),
+            (Routing::SoftmaxTopK { renormalize: false }, CLAMPED, 2),
         ] {
-            let p = MoeParams {
-                num_experts: experts,
-                top_k,
-                width,
-                routing,
-                act,
-            };
+            let p = params(experts, top_k, width, routing, act);
             moe_case(&g, &mut rng, &set, &p, 37, &[5], &format!("mxfp4={mx}"));
         }
     }
@@ -238,10 +238,6 @@ fn moe_grouped_prefill_by_expert() {
 fn norm_routed_moe_equals_the_cpus() {
     let Some(mut g) = gpu() else { return };
     let mut rng = Rng(31);
-    let clamped = ExpertAct::ClampedSwiGlu {
-        alpha: 1.702,
-        limit: 7.0,
-    };
     let renorm = Routing::SoftmaxTopK { renormalize: true };
     for (mx, [experts, hidden, width], rdt, bias, routing, act, top_k) in [
         (
@@ -250,7 +246,7 @@ fn norm_routed_moe_equals_the_cpus() {
             DType::BF16,
             true,
             Routing::TopKSoftmax,
-            clamped,
+            CLAMPED,
             4,
         ),
         (
@@ -286,7 +282,7 @@ fn norm_routed_moe_equals_the_cpus() {
             DType::F32,
             true,
             Routing::TopKSoftmax,
-            clamped,
+            CLAMPED,
             2,
         ),
         (
@@ -303,13 +299,7 @@ fn norm_routed_moe_equals_the_cpus() {
         let norm = weight(&g, &rng.vec(hidden, 1.0), &[hidden], DType::BF16);
         let router = weight(&g, &rng.vec(experts * hidden, 0.3), &[experts, hidden], rdt);
         let router_bias = bias.then(|| weight(&g, &rng.vec(experts, 0.5), &[experts], DType::F32));
-        let p = MoeParams {
-            num_experts: experts,
-            top_k,
-            width,
-            routing,
-            act,
-        };
+        let p = params(experts, top_k, width, routing, act);
         for precision in [Precision::Bf16, Precision::F32] {
             g.set_precision(precision);
             for rows in [1, 3] {

@@ -7,7 +7,7 @@
 //! The post-norms exist only in Gemma's sandwich layout. It owns the order
 //! of those steps; the blocks own what happens between them.
 
-use turbospark_backend::{Backend, Experts, MoeParams};
+use turbospark_backend::{Backend, Experts, MoeParams, rms_norm_route};
 use turbospark_format::Activation;
 
 /// A block's norms: `pre` before it, `post` (Gemma) on its output before
@@ -63,10 +63,8 @@ impl<B: Backend> BlockNorms<'_, B> {
         if self.post.is_none() {
             return be.rms_norm_moe(x, self.pre, self.eps, router, experts, params);
         }
-        let (rows, cols) = be.shape(x);
-        let mut logits = be.tensor(rows, params.num_experts);
-        let mut normed = be.tensor(rows, cols);
-        self.linears(be, x, &[router], &mut [&mut logits], Some(&mut normed));
+        let (normed, logits) =
+            rms_norm_route(be, x, self.pre, self.eps, router, params.num_experts);
         self.add_output(be, x, |acc| be.moe(&normed, &logits, experts, params, acc));
     }
 
