@@ -77,6 +77,37 @@ pub struct KvSpec {
     /// layer needs `window + longest prefill chunk` and is used as a ring.
     pub capacity: usize,
     pub kv_dim: usize,
+    pub dtype: KvDtype,
+}
+
+/// How a KV store keeps its key and value rows. Attention reads them back
+/// widened to f32 and computes in f32 either way; `Bf16` rounds each value
+/// once, when it is stored (round to nearest even, as `half::bf16::from_f32`
+/// and the GPU's `cvt.rn.bf16.f32`), so every backend storing bf16 attends
+/// over the same values. It halves the store and the bytes a decode step
+/// reads, as llama.cpp's f16 cache and vLLM's `auto` (the model's dtype) do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    #[default]
+    F32,
+    Bf16,
+}
+
+impl KvDtype {
+    /// Bytes of one stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::Bf16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::Bf16 => "bf16",
+        }
+    }
 }
 
 /// Index of the first maximum of `logits`. NaN never wins; empty or all-NaN
@@ -384,6 +415,11 @@ pub trait Backend: Send + Sync {
     /// convention of transformers).
     fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch, rope: &RopeTable);
 
+    /// The dtype this backend's KV caches are made in
+    /// ([`KvSpec::dtype`]; f32 unless a backend is set otherwise).
+    fn kv_dtype(&self) -> KvDtype {
+        KvDtype::F32
+    }
     fn kv_alloc(&self, spec: KvSpec) -> Self::Kv;
     /// Stores rows of `k` and `v` at slots `position % capacity`.
     fn kv_write(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor, batch: &Self::Batch);

@@ -8,25 +8,84 @@
 //!
 //! Numerics follow transformers' eager attention: f32 scores `q·k · scale`,
 //! a max-subtracted f32 softmax, then the probability-weighted sum of values.
+//! A bf16 store ([`KvDtype::Bf16`]) rounds each key and value once, on
+//! write (round to nearest even); reads widen them exactly, so attention
+//! over it is the f32 arithmetic above on the rounded values.
 
 use rayon::prelude::*;
-use turbospark_backend::{AttnParams, KvSpec};
+use turbospark_backend::{AttnParams, KvDtype, KvSpec};
 use turbospark_format::AttnSpan;
+
+/// Key or value rows `[capacity, kv_dim]`, in the store's dtype.
+pub enum KvRows {
+    F32(Vec<f32>),
+    /// bf16 bits.
+    Bf16(Vec<u16>),
+}
+
+impl KvRows {
+    fn new(dtype: KvDtype, n: usize) -> Self {
+        match dtype {
+            KvDtype::F32 => KvRows::F32(vec![0.0; n]),
+            KvDtype::Bf16 => KvRows::Bf16(vec![0; n]),
+        }
+    }
+
+    fn store(&mut self, at: usize, row: &[f32]) {
+        match self {
+            KvRows::F32(d) => d[at..at + row.len()].copy_from_slice(row),
+            KvRows::Bf16(d) => {
+                for (o, &x) in d[at..at + row.len()].iter_mut().zip(row) {
+                    *o = half::bf16::from_f32(x).to_bits();
+                }
+            }
+        }
+    }
+
+    /// `x · row[at..at + x.len()]`.
+    fn dot(&self, x: &[f32], at: usize) -> f32 {
+        match self {
+            KvRows::F32(d) => crate::simd::dot_f32(x, &d[at..at + x.len()]),
+            KvRows::Bf16(d) => crate::simd::dot_bf16(x, &d[at..at + x.len()]),
+        }
+    }
+
+    /// `out = row[at..at + out.len()]` as f32.
+    fn read(&self, at: usize, out: &mut [f32]) {
+        match self {
+            KvRows::F32(d) => out.copy_from_slice(&d[at..at + out.len()]),
+            KvRows::Bf16(d) => crate::simd::bf16_to_f32(&d[at..at + out.len()], out),
+        }
+    }
+
+    /// Every stored value as f32 (tests, debugging).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            KvRows::F32(d) => d.clone(),
+            KvRows::Bf16(d) => {
+                let mut out = vec![0.0; d.len()];
+                crate::simd::bf16_to_f32(d, &mut out);
+                out
+            }
+        }
+    }
+}
 
 pub struct CpuKv {
     pub spec: KvSpec,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub k: KvRows,
+    pub v: KvRows,
     /// Position stored in each slot; -1 when empty.
     pub slot_pos: Vec<i64>,
 }
 
 impl CpuKv {
     pub fn new(spec: KvSpec) -> Self {
+        let n = spec.capacity * spec.kv_dim;
         CpuKv {
             spec,
-            k: vec![0.0; spec.capacity * spec.kv_dim],
-            v: vec![0.0; spec.capacity * spec.kv_dim],
+            k: KvRows::new(spec.dtype, n),
+            v: KvRows::new(spec.dtype, n),
             slot_pos: vec![-1; spec.capacity],
         }
     }
@@ -35,8 +94,8 @@ impl CpuKv {
         let d = self.spec.kv_dim;
         for (i, &p) in positions.iter().enumerate() {
             let slot = p as usize % self.spec.capacity;
-            self.k[slot * d..(slot + 1) * d].copy_from_slice(&k[i * d..(i + 1) * d]);
-            self.v[slot * d..(slot + 1) * d].copy_from_slice(&v[i * d..(i + 1) * d]);
+            self.k.store(slot * d, &k[i * d..(i + 1) * d]);
+            self.v.store(slot * d, &v[i * d..(i + 1) * d]);
             self.slot_pos[slot] = p as i64;
         }
     }
@@ -78,8 +137,7 @@ pub fn attention(
             if !visible(p.span, qpos, kpos) {
                 continue;
             }
-            let kk = &kv.k[slot * kv_dim + kv_off..slot * kv_dim + kv_off + hd];
-            let mut s = crate::simd::dot_f32(qv, kk) * p.scale;
+            let mut s = kv.k.dot(qv, slot * kv_dim + kv_off) * p.scale;
             if let Some(cap) = p.softcap {
                 s = crate::ops::softcap(s, cap);
             }
@@ -92,11 +150,12 @@ pub fn attention(
         }
         o.fill(0.0);
         let mut denom = sink.map_or(0.0, |s| (s - max).exp());
+        let mut vv = vec![0.0; hd];
         for (slot, s) in &mut scores {
             *s = (*s - max).exp();
             denom += *s;
-            let vv = &kv.v[*slot * kv_dim + kv_off..*slot * kv_dim + kv_off + hd];
-            for (a, &b) in o.iter_mut().zip(vv) {
+            kv.v.read(*slot * kv_dim + kv_off, &mut vv);
+            for (a, &b) in o.iter_mut().zip(&vv) {
                 *a += *s * b;
             }
         }
@@ -105,4 +164,91 @@ pub fn attention(
             *a *= inv;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(dtype: KvDtype) -> KvSpec {
+        KvSpec {
+            capacity: 4,
+            kv_dim: 8,
+            dtype,
+        }
+    }
+
+    /// Values that are not bf16 values: rounding to nearest even moves
+    /// each, truncation would move some the other way.
+    fn rows(n: usize, salt: f32) -> Vec<f32> {
+        (0..n * 8)
+            .map(|i| (i as f32 * 0.731 + salt).sin() * 1.3 + 1e-3)
+            .collect()
+    }
+
+    #[test]
+    fn a_bf16_store_rounds_to_nearest_even_once() {
+        let (k, v) = (rows(3, 0.1), rows(3, 0.7));
+        let mut kv = CpuKv::new(spec(KvDtype::Bf16));
+        kv.write(&k, &v, &[0, 1, 6]);
+        let round = |x: &f32| half::bf16::from_f32(*x).to_f32();
+        let want = |src: &[f32], rows: [usize; 3]| {
+            let mut w = vec![0.0; 32];
+            for (i, slot) in rows.into_iter().enumerate() {
+                for d in 0..8 {
+                    w[slot * 8 + d] = round(&src[i * 8 + d]);
+                }
+            }
+            w
+        };
+        // Position 6 lands in slot 2 of the 4-slot ring.
+        assert_eq!(kv.k.to_f32(), want(&k, [0, 1, 2]));
+        assert_eq!(kv.v.to_f32(), want(&v, [0, 1, 2]));
+        assert_eq!(kv.slot_pos, vec![0, 1, 6, -1]);
+        assert_ne!(kv.k.to_f32()[..8], k[..8], "the values were rounded");
+        // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7:
+        // nearest even is 1; 1 + 3·2^-8 rounds up to 1 + 2^-6.
+        let mut tie = CpuKv::new(spec(KvDtype::Bf16));
+        let mut row = vec![0.0; 8];
+        row[0] = 1.0 + 2f32.powi(-8);
+        row[1] = 1.0 + 3.0 * 2f32.powi(-8);
+        tie.write(&row, &row, &[3]);
+        assert_eq!(tie.k.to_f32()[24..26], [1.0, 1.0 + 2f32.powi(-6)]);
+    }
+
+    /// Attention over a bf16 store is attention over an f32 store of the
+    /// rounded values, to the bit.
+    #[test]
+    fn bf16_attention_is_f32_attention_on_the_rounded_values() {
+        let p = AttnParams {
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 4,
+            scale: 0.5,
+            span: AttnSpan::Sliding { window: 3 },
+            softcap: Some(5.0),
+        };
+        let (k, v) = (rows(5, 0.3), rows(5, 1.9));
+        let round = |x: &Vec<f32>| -> Vec<f32> {
+            x.iter()
+                .map(|&y| half::bf16::from_f32(y).to_f32())
+                .collect()
+        };
+        let positions = [0, 1, 2, 3, 4];
+        let mut b = CpuKv::new(spec(KvDtype::Bf16));
+        let mut f = CpuKv::new(spec(KvDtype::F32));
+        b.write(&k, &v, &positions);
+        f.write(&round(&k), &round(&v), &positions);
+        let q: Vec<f32> = (0..2 * 16).map(|i| (i as f32 * 0.37).cos()).collect();
+        let (mut ob, mut of, mut raw) = (vec![0.0; 32], vec![0.0; 32], vec![0.0; 32]);
+        let sinks = [0.5, -1.0, 0.0, 2.0];
+        attention(&q, &b, &[3, 4], &p, Some(&sinks), &mut ob);
+        attention(&q, &f, &[3, 4], &p, Some(&sinks), &mut of);
+        assert_eq!(ob, of);
+        // And not the unrounded store's.
+        let mut exact = CpuKv::new(spec(KvDtype::F32));
+        exact.write(&k, &v, &positions);
+        attention(&q, &exact, &[3, 4], &p, Some(&sinks), &mut raw);
+        assert_ne!(ob, raw);
+    }
 }

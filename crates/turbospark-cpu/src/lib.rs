@@ -19,7 +19,7 @@ use turbospark_backend::{
 };
 use turbospark_format::{Activation, HostTensor};
 
-pub use attention::CpuKv;
+pub use attention::{CpuKv, KvRows};
 pub use weight::{CpuWeight, WeightData};
 
 /// A row-major `[rows, cols]` f32 matrix.

@@ -1,8 +1,11 @@
 // Causal attention over the ring KV store.
 //
-// The store holds f32 K and V `[capacity, kv_dim]` and `slot_pos[capacity]`
-// (i64, −1 = empty): slot p % capacity holds position p (kernels/rope_kv.cu
-// writes it, or a decode step's own kernel below, `attn_gqa_*_step`). A key at position k is visible to a query at position q when
+// The store holds K and V `[capacity, kv_dim]`, f32 or bf16 (kv_store.cuh:
+// every kernel here comes for each, the bf16 one named `..._bf16kv`), and
+// `slot_pos[capacity]` (i64, −1 = empty): slot p % capacity holds position
+// p (kernels/rope_kv.cu writes it, or a decode step's own kernel below,
+// `attn_gqa_*_step`). A key at position k is visible to a query at position
+// q when
 // 0 ≤ k ≤ q and, for a sliding span (window > 0), q − k < window
 // (crates/turbospark-cpu/src/attention.rs).
 //
@@ -76,13 +79,13 @@ __device__ __forceinline__ void split_slots(i64 qpos, i64 window, u32 slot_lo, u
 
 // part_o [rows·heads, splits, head_dim], part_ml [rows·heads, splits, 2];
 // the slots as `split_slots` gives them.
-extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const float* q,
-                                        const float* kc, const float* vc, const i64* slot_pos,
-                                        const u32* positions, u32 num_heads, u32 group,
-                                        u32 head_dim, u32 kv_dim, float scale, float softcap,
-                                        i64 window, u32 slot_lo, u32 slot_hi, u32 per_split,
-                                        u32 capacity) {
-    pdl_enter();
+template <typename S>
+__device__ __forceinline__ void attn_partial(float* part_o, float* part_ml, const float* q,
+                                             const S* kc, const S* vc, const i64* slot_pos,
+                                             const u32* positions, u32 num_heads, u32 group,
+                                             u32 head_dim, u32 kv_dim, float scale,
+                                             float softcap, i64 window, u32 slot_lo,
+                                             u32 slot_hi, u32 per_split, u32 capacity) {
     const u32 rh = blockIdx.x, row = rh / num_heads, head = rh % num_heads;
     const u32 split = blockIdx.y, splits = gridDim.y;
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -115,11 +118,11 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
                 const i64 kp = slot_pos[s];
                 live[t] = !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
                 if (live[t]) {
-                    const float* kk = kc + (u64)s * kv_dim + kv_off;
+                    const S* kk = kc + (u64)s * kv_dim + kv_off;
 #pragma unroll
                     for (int j = 0; j < ATT_PER_LANE; j++) {
                         const u32 d = lane + 32 * j;
-                        if (d < head_dim) dot += qr[j] * kk[d];
+                        if (d < head_dim) dot += qr[j] * kv_get(kk, d);
                     }
                 }
             }
@@ -134,11 +137,11 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
             const float corr = expf(m - mn);  // 0 for the first visible key
             const float p = expf(sc[t] - mn);
             l = l * corr + p;
-            const float* vv = vc + (u64)s * kv_dim + kv_off;
+            const S* vv = vc + (u64)s * kv_dim + kv_off;
 #pragma unroll
             for (int j = 0; j < ATT_PER_LANE; j++) {
                 const u32 d = lane + 32 * j;
-                if (d < head_dim) acc[j] = acc[j] * corr + p * vv[d];
+                if (d < head_dim) acc[j] = acc[j] * corr + p * kv_get(vv, d);
             }
             m = mn;
         }
@@ -176,6 +179,20 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
     }
 }
 
+#define ATT_PARTIAL(name, S)                                                                     \
+    extern "C" __global__ void name(float* part_o, float* part_ml, const float* q, const S* kc,  \
+                                    const S* vc, const i64* slot_pos, const u32* positions,      \
+                                    u32 num_heads, u32 group, u32 head_dim, u32 kv_dim,          \
+                                    float scale, float softcap, i64 window, u32 slot_lo,         \
+                                    u32 slot_hi, u32 per_split, u32 capacity) {                  \
+        pdl_enter();                                                                             \
+        attn_partial<S>(part_o, part_ml, q, kc, vc, slot_pos, positions, num_heads, group,       \
+                        head_dim, kv_dim, scale, softcap, window, slot_lo, slot_hi, per_split,   \
+                        capacity);                                                               \
+    }
+ATT_PARTIAL(attn_partial, float)
+ATT_PARTIAL(attn_partial_bf16kv, u16)
+
 // The GQA decode kernel: one block per (query row, KV head, split) and one
 // warp per query head of the group (launched with 32 · group threads), so
 // each key and value row is read from memory once for all the heads that
@@ -183,11 +200,14 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
 // slots in tiles of T (T · head_dim ≤ 4096 values). Per tile:
 // - all the block's threads copy the tile's key and value rows to shared
 //   memory with asynchronous 16-byte copies, all in flight at once (a
-//   decode step is bound by how many KV bytes are in flight);
+//   decode step is bound by how many KV bytes are in flight), in the
+//   store's dtype (a bf16 tile is half the bytes; values are widened as
+//   they are used);
 // - each warp scores the tile for its own head: LPK = 32 / T lanes share a
-//   key (every lane busy), each dotting every LPK-th float4 of the key row
-//   with the head's query, then meeting by shuffles (key rows padded by LPK
-//   float4s: the lanes of a shared-memory phase hit distinct banks);
+//   key (every lane busy), each dotting every LPK-th 16-byte chunk of the
+//   key row (4 values of an f32 store, 8 of a bf16 one) with the head's
+//   query, then meeting by shuffles (key rows padded by LPK chunks: the
+//   lanes of a shared-memory phase hit distinct banks);
 // - online softmax over the tile: warp max, p = exp(score − m), the
 //   output rescaled by exp(m_old − m_new);
 // - values: each lane owns J consecutive dimensions; for each live slot it
@@ -200,8 +220,8 @@ extern "C" __global__ void attn_partial(float* part_o, float* part_ml, const flo
 // instructions a cycle per scheduler with two warps a block), and this
 // makes each warp's chain `group` times shorter and gives the SMs `group`
 // times more warps to overlap. J = ceil(head_dim / 32), G = the most query
-// heads a group may have. Sums run in a different order from the CPU's (a
-// dot in float4 pieces, a warp tree for the tile's max, per-lane
+// heads a group may have, S the store's element. Sums run in a different
+// order from the CPU's (a dot in four interleaved pieces, a warp tree for the tile's max, per-lane
 // denominators summed at the end): equal up to f32 rounding. (Tiles of
 // half the values, so twice the splits and warps, were slower: a block's
 // time is its chain of dependent loads, not its share of the work;
@@ -214,24 +234,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
-// The J values at `p` (16-byte aligned for J ≥ 4, 8-byte for J = 2).
-template <int J>
-__device__ __forceinline__ void load_j(const float* p, float* v) {
-    if (J % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < J / 4; i++) {
-            const float4 f = ((const float4*)p)[i];
-            v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
-        }
-    } else if (J == 2) {
-        const float2 f = *(const float2*)p;
-        v[0] = f.x; v[1] = f.y;
-    } else {
-#pragma unroll
-        for (int i = 0; i < J; i++) v[i] = p[i];
-    }
 }
 
 // The lanes 0, n, 2n, ... of a warp as a ballot mask: a whole tile's live
@@ -262,32 +264,33 @@ __device__ constexpr u32 every_nth_lane(u32 n) {
 struct GqaStep {
     const float* k;       // this step's key row [kv_dim], not rotated
     const float* v;       // and its value row
-    float* kc;            // the store (the kernel's kc and vc, written here)
-    float* vc;
+    void* kc;             // the store (the kernel's kc and vc, written here)
+    void* vc;
     i64* slot_pos;
     float factor;         // RoPE's attention factor
     u32 pairs;            // pairs of a head that rotate
     RopeFreqs freqs;
 };
 
-template <int J, int G, bool STEP>
+template <typename S, int J, int G, bool STEP>
 __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const float* q,
-                                         const float* kc, const float* vc, const i64* slot_pos,
+                                         const S* kc, const S* vc, const i64* slot_pos,
                                          const u32* positions, u32 num_heads, u32 group,
                                          u32 head_dim, u32 kv_dim, float scale, float softcap,
                                          i64 window, u32 slot_lo, u32 slot_hi, u32 per_split,
                                          u32 capacity, u32 splits, const GqaStep& st) {
     constexpr u32 HD = 32 * J, H4 = HD / 4;
+    constexpr u32 VEC = KV_VEC(S), CH = HD / VEC;  // values a chunk, chunks a row
     constexpr u32 T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
     constexpr u32 LPK = 32 / T;
-    constexpr u32 KS = H4 + LPK;  // float4s a staged key row
+    constexpr u32 KS = CH + LPK;  // chunks a staged key row
     const u32 lane = threadIdx.x & 31u, head = threadIdx.x >> 5;
     const u32 kv_heads = num_heads / group;
     const u32 row = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads;
     const u32 split = blockIdx.y;
     __shared__ float4 qs[G * H4];
-    __shared__ float4 ks[T * KS];
-    __shared__ float4 vs[T * H4];
+    __shared__ uint4 ks[T * KS];
+    __shared__ uint4 vs[T * CH];
     // A split this row cannot see (past its position, outside its window:
     // most of a recorded step's splits early in a sequence, and of a
     // sliding layer's) writes nothing; attn_combine skips it. (positions
@@ -297,7 +300,8 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     u32 s0, s1;
     split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
     if (s0 >= s1) return;
-    const u32 h4 = head_dim / 4, half = head_dim / 2;
+    // head_dim is a multiple of VEC (src/attention.rs): whole chunks.
+    const u32 h4 = head_dim / 4, hc = head_dim / VEC, half = head_dim / 2;
     const u64 kv_off = (u64)kvh * head_dim;
     // The step's slot when this block's split holds it (else none): its
     // key and value come from `fresh`, not from the store.
@@ -307,31 +311,31 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         if (slot >= s0 && slot < s1) cur = slot;
     }
     // Copies of rows [t0, t0 + nk) of the store to shared memory, the
-    // step's own slot left out: float4 c of row r for i = r · h4 + c, the
+    // step's own slot left out: chunk c of row r for i = r · hc + c, the
     // block's threads striding over i.
     auto stage = [&](u32 t0, u32 nk) {
-        if (head_dim == HD && blockDim.x % H4 == 0) {
+        if (head_dim == HD && blockDim.x % CH == 0) {
             // The variant's own head_dim (the usual case): each thread
             // keeps one column c and takes every rstep-th row, so its
             // source advances by an add a row, with no division or 64-bit
             // product per copy (ncu: the general loop below spent ~240
             // instructions a warp here, a sixth of the kernel).
-            const u32 c = threadIdx.x % H4, rstep = blockDim.x / H4;
+            const u32 c = threadIdx.x % CH, rstep = blockDim.x / CH;
             const u64 src_step = (u64)rstep * kv_dim;
-            u32 r = threadIdx.x / H4;
-            u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+            u32 r = threadIdx.x / CH;
+            u64 src = (u64)(t0 + r) * kv_dim + kv_off + VEC * c;
             for (; r < nk; r += rstep, src += src_step) {
                 if (STEP && t0 + r == cur) continue;
                 cp_async16(&ks[r * KS + c], kc + src);
-                cp_async16(&vs[r * H4 + c], vc + src);
+                cp_async16(&vs[r * CH + c], vc + src);
             }
         } else {
-            for (u32 i = threadIdx.x; i < nk * h4; i += blockDim.x) {
-                const u32 r = i / h4, c = i % h4;
+            for (u32 i = threadIdx.x; i < nk * hc; i += blockDim.x) {
+                const u32 r = i / hc, c = i % hc;
                 if (STEP && t0 + r == cur) continue;
-                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + 4 * c;
+                const u64 src = (u64)(t0 + r) * kv_dim + kv_off + VEC * c;
                 cp_async16(&ks[r * KS + c], kc + src);
-                cp_async16(&vs[r * H4 + c], vc + src);
+                cp_async16(&vs[r * CH + c], vc + src);
             }
         }
     };
@@ -370,7 +374,9 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     float4* qq = qs + head * H4;
     for (u32 c = lane; c < h4; c += 32) qq[c] = qrow[c];
     __syncwarp();
-    __shared__ float4 fresh_k[STEP ? H4 : 1], fresh_v[STEP ? H4 : 1];
+    // The step's key and value as the store keeps them (rounded to its
+    // dtype), so that this step scores them as later steps will.
+    __shared__ uint4 fresh_k[STEP ? CH : 1], fresh_v[STEP ? CH : 1];
     if constexpr (STEP) {
         float* qf = (float*)qq;
         for (u32 i = lane; i < st.pairs; i += 32) {
@@ -378,27 +384,29 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         }
         __syncwarp();
         if (cur != 0xffffffffu) {
-            float *fk = (float*)fresh_k, *fv = (float*)fresh_v;
+            S *fk = (S*)fresh_k, *fv = (S*)fresh_v;
+            S *kc_out = (S*)st.kc + (u64)cur * kv_dim + kv_off;
+            S *vc_out = (S*)st.vc + (u64)cur * kv_dim + kv_off;
             const float *kr = st.k + kv_off, *vr = st.v + kv_off;
-            const u64 dst = (u64)cur * kv_dim + kv_off;
             for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
                 float a = kr[i], b = kr[i + half];
                 if (i < st.pairs) rotate_by(a, b, cs[i].x, cs[i].y);
-                fk[i] = a;
-                fk[i + half] = b;
-                fv[i] = vr[i];
-                fv[i + half] = vr[i + half];
-                st.kc[dst + i] = a;
-                st.kc[dst + i + half] = b;
-                st.vc[dst + i] = fv[i];
-                st.vc[dst + i + half] = fv[i + half];
+                const float c = vr[i], d = vr[i + half];
+                kv_put(fk, i, a);
+                kv_put(fk, i + half, b);
+                kv_put(fv, i, c);
+                kv_put(fv, i + half, d);
+                kv_put(kc_out, i, a);
+                kv_put(kc_out, i + half, b);
+                kv_put(vc_out, i, c);
+                kv_put(vc_out, i + half, d);
             }
             // Every KV head's block writes the same position.
             if (threadIdx.x == 0) st.slot_pos[cur] = qpos;
             __syncthreads();  // fresh_k and fresh_v complete
         }
     }
-    const float* vt = (const float*)vs;
+    const S* vt = (const S*)vs;
 
     // Per-lane denominator terms (each key's first lane holds its p); the
     // warp sums them once at the end.
@@ -409,27 +417,22 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         const u32 nk = min(T, s1 - t0);
         if (!STEP || t0 != s0) stage(t0, nk);
         if (STEP && cur >= t0 && cur < t0 + nk) {
-            for (u32 c = threadIdx.x; c < h4; c += blockDim.x) {
+            for (u32 c = threadIdx.x; c < hc; c += blockDim.x) {
                 ks[(cur - t0) * KS + c] = fresh_k[c];
-                vs[(cur - t0) * H4 + c] = fresh_v[c];
+                vs[(cur - t0) * CH + c] = fresh_v[c];
             }
         }
         const bool live = STEP && t0 == s0 ? first_live : live_at(t0, nk);
         cp_async_wait_all();
         __syncthreads();
-        // Four partial sums (one per float4 component): four short chains
-        // of dependent multiply-adds instead of one long one.
+        // Four partial sums (value i of a chunk into component i % 4):
+        // four short chains of dependent multiply-adds instead of one long
+        // one.
         float4 d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (live) {
-            const float4* kk = ks + key * KS;
+            const uint4* kk = ks + key * KS;
 #pragma unroll 8
-            for (u32 c = sub; c < h4; c += LPK) {
-                const float4 k = kk[c], qv = qq[c];
-                d.x += qv.x * k.x;
-                d.y += qv.y * k.y;
-                d.z += qv.z * k.z;
-                d.w += qv.w * k.w;
-            }
+            for (u32 c = sub; c < hc; c += LPK) dot_chunk<S>(kk[c], qq + c * (VEC / 4), d);
         }
         float sc = (d.x + d.y) + (d.z + d.w);
 #pragma unroll
@@ -497,8 +500,8 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     }
 }
 
-#define ATT_GQA_ARGS                                                                             \
-    float *part_o, float *part_ml, const float *q, const float *kc, const float *vc,             \
+#define ATT_GQA_ARGS(S)                                                                          \
+    float *part_o, float *part_ml, const float *q, const S *kc, const S *vc,                     \
         const i64 *slot_pos, const u32 *positions, u32 num_heads, u32 group, u32 head_dim,       \
         u32 kv_dim, float scale, float softcap, i64 window, u32 slot_lo, u32 slot_hi,            \
         u32 per_split, u32 capacity, u32 splits
@@ -509,15 +512,20 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 // (head_dim, group) bounds: ≤ 64 with up to 8 or 16 query heads a group,
 // ≤ 128 with 4 or 8, ≤ 256 with 4; the smaller group where it fits, as its
 // kernel needs fewer registers (src/attention.rs picks). Each comes as the
-// attention alone and as a decode step's fused kernel (GqaStep).
-#define ATT_GQA_KERNEL(name, J, G)                                                               \
-    extern "C" __global__ void __launch_bounds__(32 * G) name(ATT_GQA_ARGS) {                   \
+// attention alone and as a decode step's fused kernel (GqaStep), each over
+// an f32 store and a bf16 one.
+#define ATT_GQA_FORMS(name, S, J, G)                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * G) name(ATT_GQA_ARGS(S)) {                \
         pdl_enter();                                                                            \
-        attn_gqa<J, G, false>(ATT_GQA_PASS, GqaStep{});                                          \
+        attn_gqa<S, J, G, false>(ATT_GQA_PASS, GqaStep{});                                       \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * G) name##_step(ATT_GQA_ARGS, GqaStep st) { \
-        attn_gqa<J, G, true>(ATT_GQA_PASS, st); /* calls pdl_enter */                            \
+    extern "C" __global__ void __launch_bounds__(32 * G)                                         \
+        name##_step(ATT_GQA_ARGS(S), GqaStep st) {                                               \
+        attn_gqa<S, J, G, true>(ATT_GQA_PASS, st); /* calls pdl_enter */                         \
     }
+#define ATT_GQA_KERNEL(name, J, G)                                                               \
+    ATT_GQA_FORMS(name, float, J, G)                                                             \
+    ATT_GQA_FORMS(name##_bf16kv, u16, J, G)
 ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8)
 ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16)
 ATT_GQA_KERNEL(attn_gqa_hd128_g4, 4, 4)

@@ -7,15 +7,17 @@
 // Geometry: one block = 4 warps = 64 query rows of one query head (grid
 // ceil(n / 64) × heads); warp w owns rows 16w .. 16w + 15 of the block. The
 // block walks the union of its rows' visible slot ranges in tiles of TILE
-// key slots: all 128 threads load the tile's K and V rows (f32, from the
-// store) into shared memory as bf16, then each warp computes, for its 16
+// key slots: all 128 threads load the tile's K and V rows (f32 or bf16,
+// from the store: kv_store.cuh; the bf16 store's kernels are named
+// `..._bf16kv`) into shared memory as bf16, then each warp computes, for its 16
 // rows, S = Q·Kᵀ (16 × TILE) with mma.sync m16n8k16, scales / softcaps /
 // masks it, updates its online softmax and accumulates O += P·V (16 × HD)
 // with mma.sync again. A warp skips the compute of a tile that lies
 // outside all of its rows' slot ranges (the causal upper triangle).
 //
 // Numerics (the documented precision trade of the prefill path): the mma
-// operands Q, K, P and V are bf16 (round to nearest even from f32), every
+// operands Q, K, P and V are bf16 (round to nearest even from f32; a bf16
+// store's K and V as they are, which is the same rounding done earlier), every
 // accumulation is f32 (the mma accumulators, the running max m, the
 // running sum l, the rescaling), and scale, softcap, mask and exp are
 // applied in f32 to the f32 accumulator. The softmax denominator sums the
@@ -105,9 +107,9 @@ __device__ __forceinline__ float fa_quad_sum(float v) {
 // positions [n]; query head h reads KV head h / group at columns
 // (h / group)·HD ..; window 0 = full span; softcap 0 = none; sinks null =
 // none (else one logit per query head, dtype sinks_dt).
-template <int HD, int TILE>
-__device__ __forceinline__ void flash_attn(float* out, const float* q, const float* kc,
-                                           const float* vc, const i64* slot_pos,
+template <typename S, int HD, int TILE>
+__device__ __forceinline__ void flash_attn(float* out, const float* q, const S* kc,
+                                           const S* vc, const i64* slot_pos,
                                            const u32* positions, const void* sinks, int sinks_dt,
                                            u32 n, u32 num_heads, u32 group, u32 kv_dim,
                                            u32 capacity, float scale, float softcap, i64 window) {
@@ -184,7 +186,7 @@ __device__ __forceinline__ void flash_attn(float* out, const float* q, const flo
     // Running max and (this lane's part of the) sum of rows a and b.
     float ma = NEG_INF, mb = NEG_INF, la = 0.0f, lb = 0.0f;
 
-    const bool k_pairs = (kv_dim & 1u) == 0;  // float2 loads of K are aligned
+    const bool k_pairs = (kv_dim & 1u) == 0;  // pair loads of K are aligned
     for (u32 t0 = blo; t0 < bhi; t0 += TILE) {
         __syncthreads();  // every warp is done with the previous tile
         for (u32 i = tid; i < TILE; i += FA_THREADS) {
@@ -194,25 +196,16 @@ __device__ __forceinline__ void flash_attn(float* out, const float* q, const flo
         // K rows: thread i converts dims (d, d+1) of key i / (HD/2).
         for (u32 i = tid; i < TILE * HD / 2; i += FA_THREADS) {
             const u32 key = i / (HD / 2), d = 2 * (i % (HD / 2)), s = t0 + key;
-            u32 w = 0;
-            if (s < bhi) {
-                const float* kr = kc + (u64)s * kv_dim + kv_off + d;
-                if (k_pairs) {
-                    const float2 kv2 = *(const float2*)kr;
-                    w = fa_pack(kv2.x, kv2.y);
-                } else {
-                    w = fa_pack(kr[0], kr[1]);
-                }
-            }
+            const u32 w = s < bhi ? kv_bf16_pair(kc, (u64)s * kv_dim + kv_off + d, k_pairs) : 0u;
             *(u32*)&ks[key * KS + d] = w;
         }
         // V rows, transposed: thread i converts dim d of keys (key, key+1).
         for (u32 i = tid; i < TILE / 2 * HD; i += FA_THREADS) {
             const u32 d = i % HD, key = 2 * (i / HD), s = t0 + key;
-            const float* vr = vc + (u64)s * kv_dim + kv_off + d;
-            const float v0 = s < bhi ? vr[0] : 0.0f;
-            const float v1 = s + 1 < bhi ? vr[kv_dim] : 0.0f;
-            *(u32*)&vt[d * VS + key] = fa_pack(v0, v1);
+            const u64 vr = (u64)s * kv_dim + kv_off + d;
+            const u32 v0 = s < bhi ? kv_bf16(vc, vr) : 0u;
+            const u32 v1 = s + 1 < bhi ? kv_bf16(vc, vr + kv_dim) : 0u;
+            *(u32*)&vt[d * VS + key] = v0 | (v1 << 16);
         }
         __syncthreads();
         // Uniform over the warp: no row of it sees any slot of this tile.
@@ -325,15 +318,19 @@ __device__ __forceinline__ void flash_attn(float* out, const float* q, const flo
     }
 }
 
-#define FLASH_ATTN(name, HD, TILE)                                                               \
+#define FLASH_ATTN_FORM(name, S, HD, TILE)                                                       \
     extern "C" __global__ void __launch_bounds__(FA_THREADS)                                     \
-        name(float* out, const float* q, const float* kc, const float* vc, const i64* slot_pos, \
+        name(float* out, const float* q, const S* kc, const S* vc, const i64* slot_pos,         \
              const u32* positions, const void* sinks, int sinks_dt, u32 n, u32 num_heads,        \
              u32 group, u32 kv_dim, u32 capacity, float scale, float softcap, i64 window) {      \
         pdl_enter();                                                                             \
-        flash_attn<HD, TILE>(out, q, kc, vc, slot_pos, positions, sinks, sinks_dt, n, num_heads, \
-                             group, kv_dim, capacity, scale, softcap, window);                   \
+        flash_attn<S, HD, TILE>(out, q, kc, vc, slot_pos, positions, sinks, sinks_dt, n,         \
+                                num_heads, group, kv_dim, capacity, scale, softcap, window);     \
     }
+// Each over an f32 store and a bf16 one.
+#define FLASH_ATTN(name, HD, TILE)                                                               \
+    FLASH_ATTN_FORM(name, float, HD, TILE)                                                       \
+    FLASH_ATTN_FORM(name##_bf16kv, u16, HD, TILE)
 
 FLASH_ATTN(flash_attn_hd64, 64, 64)
 FLASH_ATTN(flash_attn_hd128, 128, 64)

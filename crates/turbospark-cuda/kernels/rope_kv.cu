@@ -11,9 +11,12 @@
 // factor before use. Only the first `pairs` pairs rotate (all of them
 // unless the table is shorter, as on the CPU).
 //
-// The store (src/attention.rs, kernels/attention.cu) holds f32 K and V
-// `[capacity, kv_dim]` and `slot_pos[capacity]` (i64, −1 = empty): slot
-// p % capacity holds position p. When a call holds more rows than the ring
+// The store (src/attention.rs, kernels/attention.cu) holds K and V
+// `[capacity, kv_dim]` in f32 or bf16 (kv_store.cuh: a kernel for each,
+// `rope_kv_write` and `rope_kv_write_bf16kv`; a bf16 store rounds the
+// rotated key and the value as it stores them, k keeps the f32 rotation)
+// and `slot_pos[capacity]` (i64, −1 = empty): slot p % capacity holds
+// position p. When a call holds more rows than the ring
 // has slots, several rows share a slot and the last one wins, as in the
 // CPU's sequential loop.
 //
@@ -44,11 +47,12 @@ __device__ __forceinline__ i64 store_slot(const u32* positions, u64 row, u32 row
 // = 0: no store write; otherwise a multiple of head_dim) go to the store,
 // k rotated first (k is written only where it rotates, so `kv_write`, with
 // pairs = 0, leaves it untouched).
-extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, float* kc, float* vc,
-                                         i64* slot_pos, const u32* positions, RopeFreqs freqs,
-                                         float factor, u32 rows, u32 q_width, u32 kv_width,
-                                         u32 head_dim, u32 pairs, u32 capacity) {
-    pdl_enter();
+template <typename S>
+__device__ __forceinline__ void rope_kv(float* q, float* k, const float* v, S* kc, S* vc,
+                                        i64* slot_pos, const u32* positions,
+                                        const RopeFreqs& freqs, float factor, u32 rows,
+                                        u32 q_width, u32 kv_width, u32 head_dim, u32 pairs,
+                                        u32 capacity) {
     const u32 half = head_dim / 2, span = head_dim - half;
     const u64 q_units = (u64)(q_width / head_dim) * pairs;
     const u64 units = q_units + (u64)(kv_width / head_dim) * span;
@@ -75,11 +79,23 @@ extern "C" __global__ void rope_kv_write(float* q, float* k, const float* v, flo
         if (slot < 0) continue;
         const u64 dst = (u64)slot * kv_width + col;
         if (t < half) {
-            kc[dst] = a;
-            vc[dst] = v[src];
+            kv_put(kc, dst, a);
+            kv_put(vc, dst, v[src]);
         }
-        kc[dst + half] = b;
-        vc[dst + half] = v[src + half];
+        kv_put(kc, dst + half, b);
+        kv_put(vc, dst + half, v[src + half]);
         if (w == 0) slot_pos[slot] = (i64)pos;
     }
 }
+
+#define ROPE_KV_WRITE(name, S)                                                                   \
+    extern "C" __global__ void name(float* q, float* k, const float* v, S* kc, S* vc,            \
+                                    i64* slot_pos, const u32* positions, RopeFreqs freqs,        \
+                                    float factor, u32 rows, u32 q_width, u32 kv_width,           \
+                                    u32 head_dim, u32 pairs, u32 capacity) {                     \
+        pdl_enter();                                                                             \
+        rope_kv<S>(q, k, v, kc, vc, slot_pos, positions, freqs, factor, rows, q_width, kv_width, \
+                   head_dim, pairs, capacity);                                                   \
+    }
+ROPE_KV_WRITE(rope_kv_write, float)
+ROPE_KV_WRITE(rope_kv_write_bf16kv, u16)

@@ -2,8 +2,10 @@
 //!
 //! The store is a ring of `capacity` slots with the CPU backend's semantics
 //! (crates/turbospark-cpu/src/attention.rs): slot `p % capacity` holds the
-//! f32 key and value rows of position `p`, and `slot_pos` (i64, −1 = empty)
-//! remembers which position each slot holds. This module owns the store and
+//! key and value rows of position `p`, in the spec's [`KvDtype`] (every
+//! kernel that touches the store comes in an f32 and a bf16 form,
+//! kernels/kv_store.cuh), and `slot_pos` (i64, −1 = empty) remembers which
+//! position each slot holds. This module owns the store and
 //! the launch geometry (the slot range to scan, the split over it, and the
 //! choice between the GQA kernel, which reads each KV row once for all the
 //! query heads that share it, and the per-head one) of the split-KV
@@ -14,7 +16,7 @@
 //! attention in one launch). It must not synchronise with the host.
 
 use cudarc::driver::{CudaFunction, CudaSlice};
-use turbospark_backend::{AttnParams, KvSpec, RopeTable};
+use turbospark_backend::{AttnParams, KvDtype, KvSpec, RopeTable};
 use turbospark_format::AttnSpan;
 
 use crate::flash_attention::{flash_attention, flash_supported};
@@ -28,7 +30,8 @@ pub const MAX_HEAD_DIM: usize = 256;
 /// Fewest key slots one attention block scans.
 const MIN_SLOTS_PER_SPLIT: usize = 32;
 /// Fewest query rows that go to the tensor-core flash kernel (prefill);
-/// fewer (decode) take the split-KV kernels, which read f32 K/V exactly.
+/// fewer (decode) take the split-KV kernels, which compute in f32 on K/V
+/// as stored.
 const FLASH_MIN_ROWS: usize = 16;
 /// Most splits of one (row, head): `ATT_MAX_SPLITS` in kernels/attention.cu.
 const MAX_SPLITS: usize = 256;
@@ -54,29 +57,65 @@ struct Gqa<'a> {
 }
 
 /// The GQA decode kernel for `head_dim` and `group` query heads per KV
-/// head, if one holds them (kernels/attention.cu: head_dim a multiple of 4,
-/// up to 64 with 16 heads a group, 128 with 8, 256 with 4), the one with the
-/// least shared memory; its tile is `min(32, 4096 / (32 · ceil(hd / 32)))`
-/// slots (`GQA_TILE_VALUES`).
-fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize) -> Option<Gqa<'_>> {
-    if !head_dim.is_multiple_of(4) {
+/// head over a store of `dtype`, if one holds them (kernels/attention.cu:
+/// head_dim whole 16-byte chunks of the store, i.e. a multiple of 4 for
+/// f32 and of 8 for bf16, up to 64 with 16 heads a group, 128 with 8, 256
+/// with 4), the one with the least shared memory; its tile is
+/// `min(32, 4096 / (32 · ceil(hd / 32)))` slots (`GQA_TILE_VALUES`).
+fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Option<Gqa<'_>> {
+    if !(head_dim * dtype.bytes()).is_multiple_of(16) {
         return None;
     }
     let k = &be.k;
-    [
-        (64, 8, &k.attn_gqa_hd64_g8, &k.attn_gqa_hd64_g8_step),
-        (64, 16, &k.attn_gqa_hd64_g16, &k.attn_gqa_hd64_g16_step),
-        (128, 4, &k.attn_gqa_hd128_g4, &k.attn_gqa_hd128_g4_step),
-        (128, 8, &k.attn_gqa_hd128_g8, &k.attn_gqa_hd128_g8_step),
-        (256, 4, &k.attn_gqa_hd256_g4, &k.attn_gqa_hd256_g4_step),
-    ]
-    .into_iter()
-    .find(|&(hd, g, _, _)| head_dim <= hd && group <= g)
-    .map(|(hd, _, plain, step)| Gqa {
-        plain,
-        step,
-        tile: (4096 / hd).min(32),
-    })
+    let forms = match dtype {
+        KvDtype::F32 => [
+            (64, 8, &k.attn_gqa_hd64_g8, &k.attn_gqa_hd64_g8_step),
+            (64, 16, &k.attn_gqa_hd64_g16, &k.attn_gqa_hd64_g16_step),
+            (128, 4, &k.attn_gqa_hd128_g4, &k.attn_gqa_hd128_g4_step),
+            (128, 8, &k.attn_gqa_hd128_g8, &k.attn_gqa_hd128_g8_step),
+            (256, 4, &k.attn_gqa_hd256_g4, &k.attn_gqa_hd256_g4_step),
+        ],
+        KvDtype::Bf16 => [
+            (
+                64,
+                8,
+                &k.attn_gqa_hd64_g8_bf16kv,
+                &k.attn_gqa_hd64_g8_bf16kv_step,
+            ),
+            (
+                64,
+                16,
+                &k.attn_gqa_hd64_g16_bf16kv,
+                &k.attn_gqa_hd64_g16_bf16kv_step,
+            ),
+            (
+                128,
+                4,
+                &k.attn_gqa_hd128_g4_bf16kv,
+                &k.attn_gqa_hd128_g4_bf16kv_step,
+            ),
+            (
+                128,
+                8,
+                &k.attn_gqa_hd128_g8_bf16kv,
+                &k.attn_gqa_hd128_g8_bf16kv_step,
+            ),
+            (
+                256,
+                4,
+                &k.attn_gqa_hd256_g4_bf16kv,
+                &k.attn_gqa_hd256_g4_bf16kv_step,
+            ),
+        ],
+    };
+    forms
+        .into_iter()
+        .find(|&(hd, g, _, _)| head_dim <= hd && group <= g)
+        .map(|(hd, _, plain, step)| Gqa {
+            plain,
+            step,
+            tile: (4096 / hd).min(32),
+        })
 }
 
 /// Slots per split of the GQA kernel for `range` slots and `units` (row,
@@ -95,34 +134,58 @@ fn gqa_per_split(range: usize, units: usize, group: usize, tile: usize, sm_count
 
 pub struct CudaKv {
     pub spec: KvSpec,
-    /// `[capacity, kv_dim]` f32.
-    pub k: CudaSlice<f32>,
-    pub v: CudaSlice<f32>,
+    /// `[capacity, kv_dim]` values of `spec.dtype`, as bytes.
+    pub k: CudaSlice<u8>,
+    pub v: CudaSlice<u8>,
     /// Position stored in each slot; −1 when empty.
     pub slot_pos: CudaSlice<i64>,
 }
 
 impl CudaKv {
     pub(crate) fn new(be: &Cuda, spec: KvSpec) -> Self {
-        let n = spec.capacity * spec.kv_dim;
+        let bytes = spec.capacity * spec.kv_dim * spec.dtype.bytes();
         CudaKv {
             spec,
-            k: be.zeros(n),
-            v: be.zeros(n),
+            k: be.zeros(bytes),
+            v: be.zeros(bytes),
             slot_pos: be.upload_slice(&vec![-1i64; spec.capacity]),
         }
     }
 
-    /// (K, V, slot positions) copied to the host (tests, debugging).
+    /// The kernel of `f32` for an f32 store, else of `bf16`.
+    pub(crate) fn pick<'a>(
+        &self,
+        f32: &'a CudaFunction,
+        bf16: &'a CudaFunction,
+    ) -> &'a CudaFunction {
+        match self.spec.dtype {
+            KvDtype::F32 => f32,
+            KvDtype::Bf16 => bf16,
+        }
+    }
+
+    /// (K, V, slot positions) copied to the host, K and V widened to f32
+    /// (tests, debugging).
     pub fn to_host(&self, be: &Cuda) -> (Vec<f32>, Vec<f32>, Vec<i64>) {
-        let n = self.spec.capacity * self.spec.kv_dim;
-        let get = |s: &CudaSlice<f32>| -> Vec<f32> {
+        let n = self.spec.capacity * self.spec.kv_dim * self.spec.dtype.bytes();
+        let get = |s: &CudaSlice<u8>| -> Vec<f32> {
             if n == 0 {
                 return Vec::new();
             }
-            be.stream
+            let bytes = be
+                .stream
                 .clone_dtoh(&s.slice(..n))
-                .unwrap_or_else(|e| panic!("CUDA: {e}"))
+                .unwrap_or_else(|e| panic!("CUDA: {e}"));
+            match self.spec.dtype {
+                KvDtype::F32 => bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                KvDtype::Bf16 => bytes
+                    .chunks_exact(2)
+                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+            }
         };
         let pos = be
             .stream
@@ -234,7 +297,7 @@ fn splits<'a>(be: &'a Cuda, kv: &CudaKv, batch: &CudaBatch, p: &AttnParams) -> S
         slot_range(&batch.host_positions, kv.spec.capacity, p.span)
     };
     let group = p.num_heads / p.num_kv_heads;
-    let gqa = gqa_kernel(be, p.head_dim, group);
+    let gqa = gqa_kernel(be, p.head_dim, group, kv.spec.dtype);
     let range = hi - lo;
     let per_split = match &gqa {
         Some(k) => gqa_per_split(
@@ -363,7 +426,7 @@ fn split_attention(
             be.launch(f, grid, (32 * p.num_heads / p.num_kv_heads) as u32, &args);
         }
         (None, None) => be.launch(
-            &be.k.attn_partial,
+            kv.pick(&be.k.attn_partial, &be.k.attn_partial_bf16kv),
             ((n * p.num_heads) as u32, sp.splits as u32, 1),
             128,
             &args,
@@ -444,7 +507,7 @@ pub fn rope_kv_attention(
     let fused = batch.rows() == 1
         && kv.spec.capacity > 0
         && p.num_kv_heads > 0
-        && gqa_kernel(be, p.head_dim, p.num_heads / p.num_kv_heads).is_some();
+        && gqa_kernel(be, p.head_dim, p.num_heads / p.num_kv_heads, kv.spec.dtype).is_some();
     if !fused {
         rope_kv_write(be, q, k, v, kv, p.head_dim, batch, rope);
         return attention(be, q, kv, batch, p, sinks, out);

@@ -21,8 +21,8 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 
 /// One kernel family per file: (file name, source). The GEMV files share
 /// gemv_common.cuh, the streamed ones async_copy.cuh and stream.cuh (moe.cu
-/// async_copy.cuh too) and the grouped ones grouped_formats.cuh, put in
-/// front of each.
+/// async_copy.cuh too) and the grouped ones grouped_formats.cuh; the files
+/// that touch the KV store share kv_store.cuh; each put in front.
 pub const SOURCES: [(&str, &str); 11] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
@@ -30,6 +30,7 @@ pub const SOURCES: [(&str, &str); 11] = [
         "rope_kv.cu",
         concat!(
             include_str!("../kernels/rope.cuh"),
+            include_str!("../kernels/kv_store.cuh"),
             include_str!("../kernels/rope_kv.cu")
         ),
     ),
@@ -65,6 +66,7 @@ pub const SOURCES: [(&str, &str); 11] = [
         "attention.cu",
         concat!(
             include_str!("../kernels/rope.cuh"),
+            include_str!("../kernels/kv_store.cuh"),
             include_str!("../kernels/attention.cu")
         ),
     ),
@@ -78,7 +80,10 @@ pub const SOURCES: [(&str, &str); 11] = [
     ("sample.cu", include_str!("../kernels/sample.cu")),
     (
         "flash_attention.cu",
-        include_str!("../kernels/flash_attention.cu"),
+        concat!(
+            include_str!("../kernels/kv_store.cuh"),
+            include_str!("../kernels/flash_attention.cu")
+        ),
     ),
 ];
 

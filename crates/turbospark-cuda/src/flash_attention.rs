@@ -62,10 +62,11 @@ pub fn flash_attention(
         return;
     };
     let (sink_ptr, sink_dt) = sinks;
+    let k = &be.k;
     let f = match hd {
-        64 => &be.k.flash_attn_hd64,
-        128 => &be.k.flash_attn_hd128,
-        _ => &be.k.flash_attn_hd256,
+        64 => kv.pick(&k.flash_attn_hd64, &k.flash_attn_hd64_bf16kv),
+        128 => kv.pick(&k.flash_attn_hd128, &k.flash_attn_hd128_bf16kv),
+        _ => kv.pick(&k.flash_attn_hd256, &k.flash_attn_hd256_bf16kv),
     };
     be.launch(
         f,

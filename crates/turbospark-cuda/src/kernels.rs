@@ -88,7 +88,7 @@ macro_rules! kernels {
 kernels! {
     "elementwise.cu" => [embed, add_inplace, scale_inplace, softcap_inplace, glu, add_bias],
     "norm.cu" => [rms_norm],
-    "rope_kv.cu" => [rope_kv_write],
+    "rope_kv.cu" => [rope_kv_write, rope_kv_write_bf16kv],
     "gemv_dense.cu" => [
         gemv_f32, gemv_bf16, gemv_f16, gemv_f32_x1, gemv_bf16_x1, gemv_f16_x1, gemv_bf16_stream,
         gemv_f16_stream,
@@ -103,10 +103,18 @@ kernels! {
         attn_partial, attn_gqa_hd64_g8, attn_gqa_hd64_g16, attn_gqa_hd128_g4, attn_gqa_hd128_g8,
         attn_gqa_hd256_g4, attn_gqa_hd64_g8_step, attn_gqa_hd64_g16_step, attn_gqa_hd128_g4_step,
         attn_gqa_hd128_g8_step, attn_gqa_hd256_g4_step, attn_combine,
+        attn_partial_bf16kv, attn_gqa_hd64_g8_bf16kv, attn_gqa_hd64_g16_bf16kv,
+        attn_gqa_hd128_g4_bf16kv, attn_gqa_hd128_g8_bf16kv, attn_gqa_hd256_g4_bf16kv,
+        attn_gqa_hd64_g8_bf16kv_step, attn_gqa_hd64_g16_bf16kv_step,
+        attn_gqa_hd128_g4_bf16kv_step, attn_gqa_hd128_g8_bf16kv_step,
+        attn_gqa_hd256_g4_bf16kv_step,
     ],
     "sample.cu" => [argmax_rows, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
     "moe.cu" => [moe_route, moe_norm_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
-    "flash_attention.cu" => [flash_attn_hd64, flash_attn_hd128, flash_attn_hd256],
+    "flash_attention.cu" => [
+        flash_attn_hd64, flash_attn_hd128, flash_attn_hd256, flash_attn_hd64_bf16kv,
+        flash_attn_hd128_bf16kv, flash_attn_hd256_bf16kv,
+    ],
 }
 
 /// Launches `f` on `stream` with `grid` blocks of `block` threads and

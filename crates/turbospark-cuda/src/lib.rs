@@ -41,7 +41,7 @@ use cudarc::driver::{
 };
 use turbospark_backend::scores::Keep;
 use turbospark_backend::{
-    AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable, ScoreStats,
+    AttnParams, Backend, Experts, KvDtype, KvSpec, MoeParams, Quant, Result, RopeTable, ScoreStats,
 };
 use turbospark_format::{Activation, HostTensor};
 
@@ -72,7 +72,8 @@ pub enum CudaError {
 /// The operand precision of the compute-bound (prefill) paths, and of the
 /// decode GEMVs of grouped weights (MXFP4, int8, int4). Other decode work
 /// (dense GEMVs, split-KV attention) is f32 arithmetic on the stored
-/// weights in both.
+/// weights (and keys and values) in both. The precision also picks the
+/// KV store's default dtype ([`Cuda::set_kv_dtype`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
     /// Tensor-core bf16 operands with f32 accumulation: activations are
@@ -80,12 +81,14 @@ pub enum Precision {
     /// kernel, MoE prefill is grouped by expert; one-row GEMVs of grouped
     /// weights round x per 32 values to int16 (MXFP4) or int8 (int8/int4)
     /// codes and multiply codes in integers (kernels/gemv_grouped.cu). Results
-    /// within ~1e-2 of the rms of f32 arithmetic. The default.
+    /// within ~1e-2 of the rms of f32 arithmetic. KV stores default to
+    /// bf16. The default.
     #[default]
     Bf16,
     /// f32-level results everywhere (x split into bf16 hi + lo for the
     /// GEMMs, f32 attention, per-token MoE jobs), at about half the
-    /// prefill speed: for comparisons with references.
+    /// prefill speed, and f32 KV stores by default: for comparisons with
+    /// references.
     F32,
 }
 
@@ -128,6 +131,9 @@ pub struct Cuda {
     /// launches for any future batch, not the current one.
     recording: AtomicBool,
     precision: Precision,
+    /// The KV caches' dtype (`set_kv_dtype`); `None`: bf16 at
+    /// `Precision::Bf16`, f32 at `Precision::F32`.
+    kv_dtype: Option<KvDtype>,
     /// cuBLAS handles must not be used from two threads at once.
     blas: Mutex<CudaBlas>,
     k: kernels::Kernels,
@@ -243,6 +249,7 @@ impl Cuda {
             stream,
             recording: AtomicBool::new(false),
             precision: Precision::default(),
+            kv_dtype: None,
             blas: Mutex::new(blas),
             k,
             sm_count: sm_count.max(1) as u32,
@@ -294,6 +301,14 @@ impl Cuda {
     /// Sets the operand precision of the prefill paths (before any work).
     pub fn set_precision(&mut self, p: Precision) {
         self.precision = p;
+    }
+
+    /// The dtype of the KV caches made from now on (`Backend::kv_dtype`);
+    /// `None` follows the precision: bf16 stores at `Precision::Bf16` (half
+    /// the bytes a decode step's attention reads, as peers' f16/bf16
+    /// caches), f32 at `Precision::F32` (the CPU's numbers).
+    pub fn set_kv_dtype(&mut self, dtype: Option<KvDtype>) {
+        self.kv_dtype = dtype;
     }
 
     /// Whether one-row bf16/f16/int8 GEMVs may take the streamed kernels (on by
@@ -671,6 +686,13 @@ impl Backend for Cuda {
 
     fn rope(&self, x: &mut CudaTensor, head_dim: usize, batch: &CudaBatch, rope: &RopeTable) {
         rope_kv::rope(self, x, head_dim, batch, rope);
+    }
+
+    fn kv_dtype(&self) -> KvDtype {
+        self.kv_dtype.unwrap_or(match self.precision {
+            Precision::Bf16 => KvDtype::Bf16,
+            Precision::F32 => KvDtype::F32,
+        })
     }
 
     fn kv_alloc(&self, spec: KvSpec) -> CudaKv {

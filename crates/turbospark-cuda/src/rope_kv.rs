@@ -78,10 +78,10 @@ fn launch(
     if n == 0 {
         return;
     }
-    let (k, v, kc, vc, slot_pos, kv_width, capacity) = match kv {
+    let (k, v, kc, vc, slot_pos, kv_width, capacity) = match &kv {
         Some((k, v, s)) => (
-            k,
-            v,
+            *k,
+            *v,
             be.ptr(&s.k),
             be.ptr(&s.v),
             be.ptr(&s.slot_pos),
@@ -90,8 +90,12 @@ fn launch(
         ),
         None => (0, 0, 0, 0, 0, 0, 0),
     };
+    // With no store, either form (nothing is stored).
+    let f = kv.as_ref().map_or(&be.k.rope_kv_write, |(_, _, s)| {
+        s.pick(&be.k.rope_kv_write, &be.k.rope_kv_write_bf16kv)
+    });
     be.launch(
-        &be.k.rope_kv_write,
+        f,
         grid_for(n),
         BLOCK,
         &[

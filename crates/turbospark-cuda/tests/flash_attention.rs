@@ -4,7 +4,10 @@
 //! 4:1, 2:1 and 1:1, 1, 17, 64 and 200 query rows at positions continuing
 //! after earlier cached rows, full and sliding spans, softcap, f32 and bf16
 //! sinks, and rings that have wrapped (capacity < largest position + 1).
-//! Both stores are filled through `Backend::kv_write` with the same rows.
+//! Both stores are filled through `Backend::kv_write` with the same rows,
+//! and so is a third, a GPU store of bf16: the kernel over it must give
+//! the f32 store's output bit for bit (it rounds f32 K and V to bf16 as it
+//! stages them, as the bf16 store did when they were written).
 //!
 //! Tolerance, per call: max |Δ| ≤ 2e-2 · rms(reference), no NaN where the
 //! reference has none. The kernel multiplies bf16 operands (q, k, the
@@ -28,7 +31,7 @@
 //! Without a CUDA device each GPU test prints "skipped: no CUDA device" and
 //! passes.
 
-use turbospark_backend::{AttnParams, Backend, KvSpec};
+use turbospark_backend::{AttnParams, Backend, KvDtype, KvSpec};
 use turbospark_cpu::{Cpu, CpuKv, CpuTensor};
 use turbospark_cuda::flash_attention::{flash_attention, flash_supported};
 use turbospark_cuda::{Cuda, CudaKv};
@@ -42,11 +45,11 @@ use common::{Rng, gpu, rel_err, weight};
 const BF16_TOL: f32 = 2e-2;
 
 /// Writes `n` rows of random K and V (U[−1, 1)) at the next positions
-/// (from `*pos`) into both stores; returns those positions.
+/// (from `*pos`) into the stores; returns those positions.
 fn write_kv(
     g: &Cuda,
     rng: &mut Rng,
-    kvs: &mut (CpuKv, CudaKv),
+    kvs: &mut (CpuKv, CudaKv, CudaKv),
     pos: &mut u32,
     n: usize,
 ) -> Vec<u32> {
@@ -70,7 +73,9 @@ fn write_kv(
         cols: kv_dim,
     };
     Cpu.kv_write(&mut kvs.0, &ck, &cv, &Cpu.batch(&tokens, &positions));
-    g.kv_write(&mut kvs.1, &gk, &gv, &g.batch(&tokens, &positions));
+    let gb = g.batch(&tokens, &positions);
+    g.kv_write(&mut kvs.1, &gk, &gv, &gb);
+    g.kv_write(&mut kvs.2, &gk, &gv, &gb);
     positions
 }
 
@@ -90,8 +95,16 @@ fn flash_run(
     assert!(flash_supported(p.head_dim));
     let kv_dim = p.num_kv_heads * p.head_dim;
     let q_dim = p.num_heads * p.head_dim;
-    let spec = KvSpec { capacity, kv_dim };
-    let mut kvs = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+    let spec = KvSpec {
+        capacity,
+        kv_dim,
+        dtype: KvDtype::F32,
+    };
+    let bf16 = KvSpec {
+        dtype: KvDtype::Bf16,
+        ..spec
+    };
+    let mut kvs = (Cpu.kv_alloc(spec), g.kv_alloc(spec), g.kv_alloc(bf16));
     let s = sink_dtype.map(|dt| weight(g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
     let mut pos = 0u32;
     let mut cached = 0;
@@ -119,10 +132,17 @@ fn flash_run(
         let got = g.to_host(&o);
         let err = rel_err(&got, &c.data);
         let (first, last) = (positions[0], positions[n - 1]);
-        assert!(
-            err <= BF16_TOL,
+        let what = format!(
             "flash attention {p:?} capacity {capacity} at positions {first}..={last} \
-             sinks {sink_dtype:?}: max|Δ|/rms = {err} > {BF16_TOL}"
+             sinks {sink_dtype:?}"
+        );
+        assert!(err <= BF16_TOL, "{what}: max|Δ|/rms = {err} > {BF16_TOL}");
+        let mut ob = g.tensor(n, q_dim);
+        flash_attention(g, &gq, &kvs.2, &gb, &p, s.as_ref().map(|s| &s.1), &mut ob);
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert!(
+            bits(g.to_host(&ob)) == bits(got),
+            "{what}: over a bf16 store it differs from the f32 store's"
         );
     }
 }

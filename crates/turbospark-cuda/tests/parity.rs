@@ -6,11 +6,13 @@
 //!
 //! Tolerances: `common/tolerances.rs`. The linear products, GEMVs and MoE
 //! are in `parity_linear.rs`, token choice and sampling in `sampling.rs`.
+//! The KV store's tests run over both store dtypes (`KvDtype`): the CPU's
+//! bf16 store is the reference for the GPU's.
 //!
 //! Without a CUDA device each test prints "skipped: no CUDA device" and
 //! passes.
 
-use turbospark_backend::{AttnParams, Backend, KvSpec, Quant, RopeTable};
+use turbospark_backend::{AttnParams, Backend, KvDtype, KvSpec, Quant, RopeTable};
 use turbospark_cpu::{Cpu, CpuKv, CpuTensor};
 use turbospark_cuda::{Cuda, CudaKv, CudaTensor, Precision};
 use turbospark_format::{Activation, AttnSpan, DType, HostTensor};
@@ -217,31 +219,42 @@ fn rope_on_every_head_at_far_positions() {
     }
 }
 
+/// Both store dtypes.
+const KV_DTYPES: [KvDtype; 2] = [KvDtype::F32, KvDtype::Bf16];
+
+/// The GPU store holds exactly the CPU's: an f32 store the rows as given,
+/// a bf16 one each value rounded to nearest even (`half` on the CPU,
+/// `cvt.rn.bf16.f32` on the GPU). The values written are not bf16 values,
+/// so a store that kept f32 or truncated would differ.
 #[test]
 fn kv_store_follows_the_ring() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng(9);
-    let spec = KvSpec {
-        capacity: 8,
-        kv_dim: 16,
-    };
-    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
-    // Fill, wrap, then one call with more rows than slots (the last wins).
-    for positions in [
-        (0u32..5).collect::<Vec<_>>(),
-        (5..13).collect(),
-        (13..24).collect(),
-    ] {
-        let n = positions.len();
-        let (ck, gk) = tensors(&g, &rng.vec(n * 16, 1.0), n, 16);
-        let (cv, gv) = tensors(&g, &rng.vec(n * 16, 1.0), n, 16);
-        let tokens = vec![0; n];
-        Cpu.kv_write(&mut ckv, &ck, &cv, &Cpu.batch(&tokens, &positions));
-        g.kv_write(&mut gkv, &gk, &gv, &g.batch(&tokens, &positions));
-        let (k, v, pos) = gkv.to_host(&g);
-        assert_eq!(pos, ckv.slot_pos, "slot positions after {positions:?}");
-        assert_eq!(k, ckv.k, "keys after {positions:?}");
-        assert_eq!(v, ckv.v, "values after {positions:?}");
+    for dtype in KV_DTYPES {
+        let spec = KvSpec {
+            capacity: 8,
+            kv_dim: 16,
+            dtype,
+        };
+        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+        // Fill, wrap, then one call with more rows than slots (the last wins).
+        for positions in [
+            (0u32..5).collect::<Vec<_>>(),
+            (5..13).collect(),
+            (13..24).collect(),
+        ] {
+            let n = positions.len();
+            let (ck, gk) = tensors(&g, &rng.vec(n * 16, 1.0), n, 16);
+            let (cv, gv) = tensors(&g, &rng.vec(n * 16, 1.0), n, 16);
+            let tokens = vec![0; n];
+            Cpu.kv_write(&mut ckv, &ck, &cv, &Cpu.batch(&tokens, &positions));
+            g.kv_write(&mut gkv, &gk, &gv, &g.batch(&tokens, &positions));
+            let (k, v, pos) = gkv.to_host(&g);
+            let what = format!("{dtype:?} store after {positions:?}");
+            assert_eq!(pos, ckv.slot_pos, "{what}: slot positions");
+            assert_eq!(bits(&k), bits(&ckv.k.to_f32()), "{what}: keys");
+            assert_eq!(bits(&v), bits(&ckv.v.to_f32()), "{what}: values");
+        }
     }
 }
 
@@ -261,16 +274,31 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// The CUDA store holds what the CPU's does: slot positions and values
-/// exactly, keys (rotated) within RoPE's tolerance.
+/// exactly, keys (rotated) within RoPE's tolerance, or one bf16 ulp in a
+/// bf16 store (`KEY_BF16_TOL`).
 fn check_store(what: &str, g: &Cuda, gkv: &CudaKv, ckv: &CpuKv) {
     let (k, v, pos) = gkv.to_host(g);
     assert_eq!(pos, ckv.slot_pos, "{what}: slot positions");
-    assert_eq!(bits(&v), bits(&ckv.v), "{what}: values");
-    let err = rel_err(&k, &ckv.k);
-    assert!(
-        err <= F32_TOL,
-        "{what}: keys max|Δ|/rms = {err} > {F32_TOL}"
-    );
+    assert_eq!(bits(&v), bits(&ckv.v.to_f32()), "{what}: values");
+    let err = rel_err(&k, &ckv.k.to_f32());
+    let tol = keys_tol(gkv.spec.dtype);
+    assert!(err <= tol, "{what}: keys max|Δ|/rms = {err} > {tol}");
+}
+
+/// The bound on keys each backend rotated itself, as stored.
+fn keys_tol(dtype: KvDtype) -> f32 {
+    match dtype {
+        KvDtype::F32 => F32_TOL,
+        KvDtype::Bf16 => KEY_BF16_TOL,
+    }
+}
+
+/// The bound on attention over keys each backend rotated itself.
+fn rotated_attention_tol(dtype: KvDtype) -> f32 {
+    match dtype {
+        KvDtype::F32 => F32_TOL,
+        KvDtype::Bf16 => ATTN_BF16_KEYS_TOL,
+    }
 }
 
 /// The fused RoPE + KV write against the CPU's three operations (the
@@ -284,18 +312,21 @@ fn rope_kv_write_equals_rope_rope_kv_write() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng(24);
     // (q heads, KV heads, head_dim, table pairs, attention factor)
-    for (qh, kh, hd, pairs, factor) in [
+    let cases = [
         (3, 3, 64, 32, 1.0),
         (6, 2, 16, 8, 1.3),
         (5, 1, 128, 64, 1.0),
         (4, 2, 32, 12, 1.0),
         (2, 1, 256, 128, 0.9),
-    ] {
+    ];
+    for ((qh, kh, hd, pairs, factor), dtype) in cases.into_iter().zip(KV_DTYPES.into_iter().cycle())
+    {
         let rope = rope_table(hd, pairs, factor);
         let (q_dim, kv_dim) = (qh * hd, kh * hd);
         let spec = KvSpec {
             capacity: 7,
             kv_dim,
+            dtype,
         };
         let mut ckv = Cpu.kv_alloc(spec);
         let (mut fused, mut apart) = (g.kv_alloc(spec), g.kv_alloc(spec));
@@ -318,7 +349,9 @@ fn rope_kv_write_equals_rope_rope_kv_write() {
             g.rope(&mut ak, hd, &gb, &rope);
             g.kv_write(&mut apart, &ak, &gv, &gb);
 
-            let what = format!("{qh}/{kh} heads of {hd}, {pairs} pairs, at {positions:?}");
+            let what = format!(
+                "{qh}/{kh} heads of {hd}, {pairs} pairs, {dtype:?} store, at {positions:?}"
+            );
             check(&format!("{what}: q"), &g, &gq, &cq, F32_TOL);
             check(&format!("{what}: k"), &g, &gk, &ck, F32_TOL);
             check_store(&what, &g, &fused, &ckv);
@@ -364,42 +397,52 @@ fn recorded_rope_kv_write_replays_at_new_positions() {
     let (qh, kh, hd) = (6, 2, 64);
     let rope = rope_table(hd, hd / 2, 1.0);
     let (q_dim, kv_dim) = (qh * hd, kh * hd);
-    let spec = KvSpec {
-        capacity: 5,
-        kv_dim,
-    };
-    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
-    let (mut gq, mut gk, mut gv) = (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
-    let mut gb = g.batch(&[0], &[0]);
-    assert!(g.begin_graph(), "the CUDA backend records");
-    g.rope_kv_write(&mut gq, &mut gk, &gv, &mut gkv, hd, &gb, &rope);
-    let graph = g.end_graph().expect("a recording");
-    for pos in (0..12u32).chain([1000, 4095, 123_456]) {
-        let (mut cq, mut ck, cv) = next_step_inputs(&g, &mut rng, (&mut gq, &mut gk, &mut gv), 2.0);
-        g.set_batch(&mut gb, &[0], &[pos]);
-        g.replay(&graph);
-        let cb = Cpu.batch(&[0], &[pos]);
-        Cpu.rope_kv_write(&mut cq, &mut ck, &cv, &mut ckv, hd, &cb, &rope);
-        let what = format!("replayed rope_kv_write at {pos}");
-        check(&format!("{what}: q"), &g, &gq, &cq, F32_TOL);
-        check(&format!("{what}: k"), &g, &gk, &ck, F32_TOL);
-        check_store(&what, &g, &gkv, &ckv);
+    for dtype in KV_DTYPES {
+        let spec = KvSpec {
+            capacity: 5,
+            kv_dim,
+            dtype,
+        };
+        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+        let (mut gq, mut gk, mut gv) =
+            (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
+        let mut gb = g.batch(&[0], &[0]);
+        assert!(g.begin_graph(), "the CUDA backend records");
+        g.rope_kv_write(&mut gq, &mut gk, &gv, &mut gkv, hd, &gb, &rope);
+        let graph = g.end_graph().expect("a recording");
+        for pos in (0..12u32).chain([1000, 4095, 123_456]) {
+            let gqkv = (&mut gq, &mut gk, &mut gv);
+            let (mut cq, mut ck, cv) = next_step_inputs(&g, &mut rng, gqkv, 2.0);
+            g.set_batch(&mut gb, &[0], &[pos]);
+            g.replay(&graph);
+            let cb = Cpu.batch(&[0], &[pos]);
+            Cpu.rope_kv_write(&mut cq, &mut ck, &cv, &mut ckv, hd, &cb, &rope);
+            let what = format!("replayed rope_kv_write ({dtype:?} store) at {pos}");
+            check(&format!("{what}: q"), &g, &gq, &cq, F32_TOL);
+            check(&format!("{what}: k"), &g, &gk, &ck, F32_TOL);
+            check_store(&what, &g, &gkv, &ckv);
+        }
     }
 }
 
 /// Feeds `chunks` (consecutive positions) through kv_write + attention on
-/// both backends with random q/k/v and compares every attention output.
+/// both backends with random q/k/v and compares every attention output
+/// (both stores hold the same values, in either dtype: `F32_TOL`).
 fn attention_run(
     g: &Cuda,
     rng: &mut Rng,
-    p: AttnParams,
+    (p, dtype): (AttnParams, KvDtype),
     capacity: usize,
     chunks: &[usize],
     sinks: Option<DType>,
 ) {
     let kv_dim = p.num_kv_heads * p.head_dim;
     let q_dim = p.num_heads * p.head_dim;
-    let spec = KvSpec { capacity, kv_dim };
+    let spec = KvSpec {
+        capacity,
+        kv_dim,
+        dtype,
+    };
     let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
     let s = sinks.map(|dt| weight(g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
     let mut pos = 0u32;
@@ -416,7 +459,9 @@ fn attention_run(
         let (mut c, mut o) = (Cpu.tensor(n, q_dim), g.tensor(n, q_dim));
         Cpu.attention(&cq, &ckv, &cb, &p, s.as_ref().map(|s| &s.0), &mut c);
         g.attention(&gq, &gkv, &gb, &p, s.as_ref().map(|s| &s.1), &mut o);
-        let what = format!("attention {p:?} capacity {capacity} at {positions:?} sinks {sinks:?}");
+        let what = format!(
+            "attention {p:?} {dtype:?} store, capacity {capacity} at {positions:?} sinks {sinks:?}"
+        );
         check(&what, g, &o, &c, F32_TOL);
     }
 }
@@ -428,105 +473,128 @@ fn attention_full_sliding_gqa_sinks_softcap() {
     let Some(mut g) = gpu() else { return };
     g.set_precision(Precision::F32);
     let mut rng = Rng(10);
-    let base = AttnParams {
-        num_heads: 4,
-        num_kv_heads: 2,
-        head_dim: 64,
-        scale: 0.125,
-        span: AttnSpan::Full,
-        softcap: None,
-    };
-    // Full span: prefill then decode (GQA 2:1).
-    attention_run(&g, &mut rng, base, 64, &[5, 1, 1, 33, 1], None);
-    // head_dim 16, 8 query heads on one KV head, sliding window 4 in a ring
-    // of window + chunk slots fed 3 at a time (wraps many times).
-    let sliding = AttnParams {
-        num_heads: 8,
-        num_kv_heads: 1,
-        head_dim: 16,
-        scale: 0.25,
-        span: AttnSpan::Sliding { window: 4 },
-        softcap: None,
-    };
-    attention_run(&g, &mut rng, sliding, 7, &[3, 3, 3, 3, 3, 1, 1, 3], None);
-    // Sinks (f32 and bf16), softcap, odd head counts.
-    for sinks in [DType::F32, DType::BF16] {
-        let p = AttnParams {
-            num_heads: 6,
-            num_kv_heads: 3,
-            softcap: Some(2.0),
+    for dtype in KV_DTYPES {
+        let base = AttnParams {
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 64,
+            scale: 0.125,
+            span: AttnSpan::Full,
+            softcap: None,
+        };
+        // Full span: prefill then decode (GQA 2:1).
+        attention_run(&g, &mut rng, (base, dtype), 64, &[5, 1, 1, 33, 1], None);
+        // head_dim 16, 8 query heads on one KV head, sliding window 4 in a ring
+        // of window + chunk slots fed 3 at a time (wraps many times).
+        let sliding = AttnParams {
+            num_heads: 8,
+            num_kv_heads: 1,
+            head_dim: 16,
+            scale: 0.25,
+            span: AttnSpan::Sliding { window: 4 },
+            softcap: None,
+        };
+        attention_run(
+            &g,
+            &mut rng,
+            (sliding, dtype),
+            7,
+            &[3, 3, 3, 3, 3, 1, 1, 3],
+            None,
+        );
+        // Sinks (f32 and bf16), softcap, odd head counts.
+        for sinks in [DType::F32, DType::BF16] {
+            let p = AttnParams {
+                num_heads: 6,
+                num_kv_heads: 3,
+                softcap: Some(2.0),
+                ..base
+            };
+            attention_run(&g, &mut rng, (p, dtype), 40, &[7, 1, 9, 1], Some(sinks));
+            let ps = AttnParams {
+                span: AttnSpan::Sliding { window: 5 },
+                ..p
+            };
+            attention_run(&g, &mut rng, (ps, dtype), 9, &[4, 4, 1, 4, 1], Some(sinks));
+        }
+        // Many keys: decode splits the slots over many blocks.
+        attention_run(&g, &mut rng, (base, dtype), 1200, &[512, 388, 1, 1], None);
+        let wide = AttnParams {
+            head_dim: 256,
+            num_heads: 2,
+            num_kv_heads: 1,
+            scale: 0.0625,
             ..base
         };
-        attention_run(&g, &mut rng, p, 40, &[7, 1, 9, 1], Some(sinks));
-        let ps = AttnParams {
-            span: AttnSpan::Sliding { window: 5 },
-            ..p
+        attention_run(
+            &g,
+            &mut rng,
+            (wide, dtype),
+            100,
+            &[50, 1, 1],
+            Some(DType::F32),
+        );
+        // gpt-oss's grouping (8 query heads a KV head, head_dim 64, sinks) over
+        // many keys, full and sliding: the GQA kernel's 16-head variant too.
+        let oss = AttnParams {
+            num_heads: 16,
+            num_kv_heads: 2,
+            head_dim: 64,
+            ..base
         };
-        attention_run(&g, &mut rng, ps, 9, &[4, 4, 1, 4, 1], Some(sinks));
+        attention_run(
+            &g,
+            &mut rng,
+            (oss, dtype),
+            700,
+            &[300, 1, 1],
+            Some(DType::BF16),
+        );
+        let oss_sliding = AttnParams {
+            span: AttnSpan::Sliding { window: 128 },
+            ..oss
+        };
+        attention_run(
+            &g,
+            &mut rng,
+            (oss_sliding, dtype),
+            300,
+            &[200, 1, 1],
+            Some(DType::BF16),
+        );
+        let group16 = AttnParams {
+            num_heads: 16,
+            num_kv_heads: 1,
+            ..oss
+        };
+        attention_run(&g, &mut rng, (group16, dtype), 200, &[90, 1], None);
+        // Llama-3-8B's grouping (4 query heads a KV head, head_dim 128: tiles
+        // of 16 slots, two lanes a key) over many keys, with a partial last
+        // tile and rows that see different numbers of them.
+        let llama = AttnParams {
+            num_heads: 8,
+            num_kv_heads: 2,
+            head_dim: 128,
+            scale: 0.088,
+            ..base
+        };
+        attention_run(&g, &mut rng, (llama, dtype), 1400, &[600, 637, 1, 1], None);
+        // What the GQA kernels do not hold goes to the per-head kernel: 16
+        // query heads a KV head at head_dim 128, and head_dim 18 (not a
+        // multiple of 4).
+        let wide_group = AttnParams {
+            num_heads: 16,
+            num_kv_heads: 1,
+            head_dim: 128,
+            ..base
+        };
+        attention_run(&g, &mut rng, (wide_group, dtype), 100, &[40, 1], None);
+        let odd = AttnParams {
+            head_dim: 18,
+            ..base
+        };
+        attention_run(&g, &mut rng, (odd, dtype), 50, &[20, 1], None);
     }
-    // Many keys: decode splits the slots over many blocks.
-    attention_run(&g, &mut rng, base, 1200, &[512, 388, 1, 1], None);
-    let wide = AttnParams {
-        head_dim: 256,
-        num_heads: 2,
-        num_kv_heads: 1,
-        scale: 0.0625,
-        ..base
-    };
-    attention_run(&g, &mut rng, wide, 100, &[50, 1, 1], Some(DType::F32));
-    // gpt-oss's grouping (8 query heads a KV head, head_dim 64, sinks) over
-    // many keys, full and sliding: the GQA kernel's 16-head variant too.
-    let oss = AttnParams {
-        num_heads: 16,
-        num_kv_heads: 2,
-        head_dim: 64,
-        ..base
-    };
-    attention_run(&g, &mut rng, oss, 700, &[300, 1, 1], Some(DType::BF16));
-    let oss_sliding = AttnParams {
-        span: AttnSpan::Sliding { window: 128 },
-        ..oss
-    };
-    attention_run(
-        &g,
-        &mut rng,
-        oss_sliding,
-        300,
-        &[200, 1, 1],
-        Some(DType::BF16),
-    );
-    let group16 = AttnParams {
-        num_heads: 16,
-        num_kv_heads: 1,
-        ..oss
-    };
-    attention_run(&g, &mut rng, group16, 200, &[90, 1], None);
-    // Llama-3-8B's grouping (4 query heads a KV head, head_dim 128: tiles
-    // of 16 slots, two lanes a key) over many keys, with a partial last
-    // tile and rows that see different numbers of them.
-    let llama = AttnParams {
-        num_heads: 8,
-        num_kv_heads: 2,
-        head_dim: 128,
-        scale: 0.088,
-        ..base
-    };
-    attention_run(&g, &mut rng, llama, 1400, &[600, 637, 1, 1], None);
-    // What the GQA kernels do not hold goes to the per-head kernel: 16
-    // query heads a KV head at head_dim 128, and head_dim 18 (not a
-    // multiple of 4).
-    let wide_group = AttnParams {
-        num_heads: 16,
-        num_kv_heads: 1,
-        head_dim: 128,
-        ..base
-    };
-    attention_run(&g, &mut rng, wide_group, 100, &[40, 1], None);
-    let odd = AttnParams {
-        head_dim: 18,
-        ..base
-    };
-    attention_run(&g, &mut rng, odd, 50, &[20, 1], None);
 }
 
 /// A recorded decode step, replayed at later positions, equals the CPU's
@@ -549,12 +617,16 @@ fn recorded_decode_attention_replays_at_new_positions() {
     };
     let rope = rope_table(64, 32, 1.0);
     let (kv_dim, q_dim) = (2 * 64, 8 * 64);
-    let spec = KvSpec {
-        capacity: 10,
-        kv_dim,
-    };
     let s = weight(&g, &rng.vec(8, 2.0), &[8], DType::F32);
-    for fused in [false, true] {
+    for (fused, dtype) in [false, true]
+        .into_iter()
+        .flat_map(|f| KV_DTYPES.map(|d| (f, d)))
+    {
+        let spec = KvSpec {
+            capacity: 10,
+            kv_dim,
+            dtype,
+        };
         let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
         let (mut gq, mut gk, mut gv) =
             (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
@@ -576,24 +648,31 @@ fn recorded_decode_attention_replays_at_new_positions() {
             g.replay(&graph);
             let cb = Cpu.batch(&[0], &[pos]);
             let mut c = Cpu.tensor(1, q_dim);
-            let what = format!("replayed step (fused: {fused}) at {pos}");
-            if fused {
+            let what = format!("replayed step (fused: {fused}, {dtype:?} store) at {pos}");
+            // Keys rotated by each backend (fused) or written as given.
+            let tol = if fused {
                 let qkv = (&mut cq, &mut ck, &cv);
                 Cpu.rope_kv_attention(qkv, &mut ckv, &cb, &rope, &p, Some(&s.0), &mut c);
                 check_store(&what, &g, &gkv, &ckv);
+                rotated_attention_tol(dtype)
             } else {
                 Cpu.kv_write(&mut ckv, &ck, &cv, &cb);
                 Cpu.attention(&cq, &ckv, &cb, &p, None, &mut c);
-            }
-            check(&what, &g, &out, &c, F32_TOL);
+                F32_TOL
+            };
+            check(&what, &g, &out, &c, tol);
         }
     }
 }
 
 /// One decode step of the fused RoPE + store + attention (a GQA kernel's
-/// step form on one row) on both backends: the output within F32_TOL of
-/// the CPU's, the store as the CPU's (`check_store`) and, bit for bit, as
-/// the CUDA backend's own `rope_kv_write` leaves it.
+/// step form on one row) on both backends: the output within
+/// `rotated_attention_tol` of the CPU's, the store as the CPU's
+/// (`check_store`) and, bit for bit, as the CUDA backend's own
+/// `rope_kv_write` leaves it; and the output as the CUDA backend's own
+/// attention over that store computes it (the same kernel without its step
+/// form, over the same values: within 1e-6, so the step scores its own key
+/// and value as the store keeps them, rounded in a bf16 store).
 #[allow(clippy::too_many_arguments)]
 fn step_both(
     g: &Cuda,
@@ -616,8 +695,15 @@ fn step_both(
     Cpu.rope_kv_attention((&mut cq, &mut ck, &cv), ckv, &cb, rope, p, cs, &mut c);
     g.rope_kv_attention((&mut gq, &mut gk, &gv), gkv, &gb, rope, p, gs, &mut o);
     g.rope_kv_write(&mut aq, &mut ak, &gv, apart, p.head_dim, &gb, rope);
-    let what = format!("fused step {p:?} at {pos}");
-    check(&what, g, &o, &c, F32_TOL);
+    let mut ao = g.tensor(1, q_dim);
+    g.attention(&aq, apart, &gb, p, gs, &mut ao);
+    let what = format!("fused step {p:?} ({:?} store) at {pos}", gkv.spec.dtype);
+    check(&what, g, &o, &c, rotated_attention_tol(gkv.spec.dtype));
+    let err = rel_err(&g.to_host(&o), &g.to_host(&ao));
+    assert!(
+        err <= 1e-6,
+        "{what}: max|Δ|/rms = {err} from rope_kv_write + attention"
+    );
     check_store(&what, g, gkv, ckv);
     let ((k, v, slots), (ak, av, aslots)) = (gkv.to_host(g), apart.to_host(g));
     assert_eq!(
@@ -740,11 +826,16 @@ fn rope_kv_attention_steps_equal_the_cpus() {
             Some(DType::BF16),
         ),
     ];
-    for (p, pairs, capacity, prompt, steps, sinks) in cases {
+    let cases = cases.into_iter().flat_map(|c| KV_DTYPES.map(|d| (c, d)));
+    for ((p, pairs, capacity, prompt, steps, sinks), dtype) in cases {
         let rope = rope_table(p.head_dim, pairs, 1.1);
         let kv_dim = p.num_kv_heads * p.head_dim;
         let q_dim = p.num_heads * p.head_dim;
-        let spec = KvSpec { capacity, kv_dim };
+        let spec = KvSpec {
+            capacity,
+            kv_dim,
+            dtype,
+        };
         let (mut ckv, mut gkv, mut apart) =
             (Cpu.kv_alloc(spec), g.kv_alloc(spec), g.kv_alloc(spec));
         let s = sinks.map(|dt| weight(&g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
@@ -777,7 +868,8 @@ fn rope_kv_attention_steps_equal_the_cpus() {
         );
         // The two-operation path leaves k rotated: the same store.
         g.kv_write(&mut apart, &gk, &gv, &gb);
-        check(&format!("prompt {p:?}"), &g, &o, &c, F32_TOL);
+        let tol = rotated_attention_tol(dtype);
+        check(&format!("prompt {p:?} ({dtype:?} store)"), &g, &o, &c, tol);
         for i in 0..steps {
             let kvs = (&mut ckv, &mut gkv, &mut apart);
             step_both(

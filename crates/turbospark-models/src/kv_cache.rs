@@ -35,6 +35,7 @@ impl<B: Backend> KvCache<B> {
                 be.kv_alloc(KvSpec {
                     capacity,
                     kv_dim: spec.kv_dim(),
+                    dtype: be.kv_dtype(),
                 })
             })
             .collect();

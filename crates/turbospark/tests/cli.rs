@@ -153,7 +153,7 @@ fn inspect_describes_the_demo_model() {
          attention factor 1.1386, not truncated)",
         // 3 full layers x 2 KV heads x 64 x (K, V) x 4 bytes = 3 KiB a token.
         "KV cache        3.00 MiB per 1k tokens; 6.00 MiB at 2048 tokens \
-         (full layers; the 3 sliding layers keep fixed rings)",
+         (full layers; the 3 sliding layers keep fixed rings); f32 (bf16 on the GPU: half)",
     ] {
         assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
     }
@@ -287,6 +287,23 @@ fn bad_input_is_one_line_and_exit_2() {
     let weights = fixture("qwen2-bias").join("model.safetensors");
     assert_clean_error(&run(&weights, "1"), "is a file, not a model directory");
     assert_clean_error(&run(&fixture("qwen2-bias"), "1,4000"), "token id 4000");
+    // A KV cache dtype the CPU backend does not keep.
+    let qwen2 = fixture("qwen2-bias");
+    let bf16_kv = [
+        "run",
+        "--model",
+        qwen2.to_str().unwrap(),
+        "--prompt-tokens",
+        "1",
+        "--device",
+        "cpu",
+        "--kv-cache-dtype",
+        "bf16",
+    ];
+    assert_clean_error(
+        &turbospark(&bf16_kv),
+        "--kv-cache-dtype bf16: the CPU backend keeps its KV cache in f32",
+    );
     // chat without a chat template says so before its first prompt.
     let no_template = fixture("qwen2-bias");
     assert_clean_error(
@@ -456,6 +473,7 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
         "weights read per token {weights}"
     );
     // Contexts 9 and 10: mean 9.5 rows of K and V, 8 heads of 128, f32.
+    assert_eq!(json["kv_dtype"], "f32");
     assert_eq!(
         num("kv_bytes_per_token"),
         (9.5f64 * 1024.0 * 2.0 * 4.0).floor()

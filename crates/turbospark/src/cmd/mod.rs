@@ -19,7 +19,7 @@ use turbospark_models::LoadOptions;
 use turbospark_models::sampler::SamplerConfig;
 use turbospark_text::GenerationConfig;
 
-use crate::args::{Device, ModelArgs, QuantArg, SamplingArgs};
+use crate::args::{Device, KvDtypeArg, ModelArgs, QuantArg, SamplingArgs};
 use crate::progress::LoadBar;
 
 /// The backend a run uses.
@@ -32,6 +32,16 @@ pub enum Picked {
 /// `--device`: `cpu`, `cuda` (an error naming the cause when there is no
 /// usable GPU or the build lacks CUDA), or `auto` (the GPU when one works).
 pub fn pick_device(args: &ModelArgs) -> Result<Picked> {
+    let picked = pick(args)?;
+    if matches!(picked, Picked::Cpu) && args.kv_cache_dtype == KvDtypeArg::Bf16 {
+        anyhow::bail!(
+            "--kv-cache-dtype bf16: the CPU backend keeps its KV cache in f32 (use auto or f32 on the CPU)"
+        );
+    }
+    Ok(picked)
+}
+
+fn pick(args: &ModelArgs) -> Result<Picked> {
     match args.device {
         Device::Cpu => Ok(Picked::Cpu),
         #[cfg(feature = "cuda")]
@@ -49,12 +59,17 @@ pub fn pick_device(args: &ModelArgs) -> Result<Picked> {
     }
 }
 
-/// The GPU backend with `--precision` applied.
+/// The GPU backend with `--precision` and `--kv-cache-dtype` applied.
 #[cfg(feature = "cuda")]
 fn cuda(mut c: turbospark_cuda::Cuda, args: &ModelArgs) -> Picked {
     c.set_precision(match args.precision {
         crate::args::PrecisionArg::Bf16 => turbospark_cuda::Precision::Bf16,
         crate::args::PrecisionArg::F32 => turbospark_cuda::Precision::F32,
+    });
+    c.set_kv_dtype(match args.kv_cache_dtype {
+        KvDtypeArg::Auto => None,
+        KvDtypeArg::F32 => Some(turbospark_backend::KvDtype::F32),
+        KvDtypeArg::Bf16 => Some(turbospark_backend::KvDtype::Bf16),
     });
     Picked::Cuda(Box::new(c))
 }

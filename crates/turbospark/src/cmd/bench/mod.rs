@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::json;
-use turbospark_backend::Backend;
+use turbospark_backend::{Backend, KvDtype};
 use turbospark_engine::Engine;
 use turbospark_format::{AttnSpan, ModelSpec};
 use turbospark_models::Session;
@@ -34,9 +34,6 @@ use super::synth::SyntheticModel;
 use super::{init_threads, load_engine, load_options, with_backend};
 use crate::args::{BenchArgs, ModelArgs, QuantArg};
 use crate::progress::LoadBar;
-
-/// Bytes per stored K or V value: the KV store is f32 on both backends.
-const KV_ELEMENT_BYTES: u64 = 4;
 
 /// Synthetic weights are the same for every run (speed does not depend on
 /// their values).
@@ -130,7 +127,8 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     let prefill = prompt.len() as f64 / prefill_s.max(1e-9);
     let decode = a.gen_len as f64 / decode_s.max(1e-9);
     let weight_bytes = engine.model.decode_bytes();
-    let kv_bytes = mean_kv_read_bytes(spec, prompt.len(), a.gen_len);
+    let kv_dtype = engine.be.kv_dtype();
+    let kv_bytes = mean_kv_read_bytes(spec, kv_dtype, prompt.len(), a.gen_len);
     let bytes_per_token = weight_bytes + kv_bytes;
     let decode_bandwidth = bytes_per_token as f64 * decode;
     let ceiling = decode_bandwidth / copy_bandwidth;
@@ -145,6 +143,7 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
             "{}",
             json!({"model": model_name, "device": engine.be.name(), "decode_graph": recorded,
                 "device_name": engine.be.describe(), "threads": threads, "quant": quant,
+                "kv_dtype": kv_dtype.name(),
                 "layers": spec.num_layers, "prompt_len": prompt.len(), "gen_len": a.gen_len,
                 "warmup": a.warmup, "sampling": (!greedy).then_some(&sampling),
                 "prefill_tok_s": prefill, "decode_tok_s": decode,
@@ -177,10 +176,11 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     };
     println!("decode  {decode:>9.1} tok/s  ({} tokens, {how})", a.gen_len);
     println!(
-        "read per decoded token {} (weights {} + KV {})",
+        "read per decoded token {} (weights {} + KV {}, {})",
         size(bytes_per_token),
         size(weight_bytes),
-        size(kv_bytes)
+        size(kv_bytes),
+        kv_dtype.name()
     );
     println!(
         "decode {decode:.1} tok/s = {:.1} GB/s = {:.1}% of the measured copy bandwidth {:.1} GB/s",
@@ -238,9 +238,9 @@ fn fits_context(a: &BenchArgs, spec: &ModelSpec) -> Result<()> {
 }
 
 /// KV bytes one decode step reads with `context` positions filled (its
-/// own token included): each layer reads K and V rows for every position
-/// its attention sees, all of them or the last `window`.
-fn kv_read_bytes(spec: &ModelSpec, context: usize) -> u64 {
+/// own token included): each layer reads K and V rows of `dtype` for every
+/// position its attention sees, all of them or the last `window`.
+fn kv_read_bytes(spec: &ModelSpec, dtype: KvDtype, context: usize) -> u64 {
     let rows: u64 = spec
         .layer_spans
         .iter()
@@ -249,14 +249,14 @@ fn kv_read_bytes(spec: &ModelSpec, context: usize) -> u64 {
             AttnSpan::Sliding { window } => context.min(window),
         } as u64)
         .sum();
-    rows * spec.kv_dim() as u64 * 2 * KV_ELEMENT_BYTES
+    rows * spec.kv_dim() as u64 * 2 * dtype.bytes() as u64
 }
 
 /// [`kv_read_bytes`] averaged over the decode steps after a prompt of
 /// `prompt` tokens (the first step's when there are none).
-fn mean_kv_read_bytes(spec: &ModelSpec, prompt: usize, steps: usize) -> u64 {
+fn mean_kv_read_bytes(spec: &ModelSpec, dtype: KvDtype, prompt: usize, steps: usize) -> u64 {
     let total: u64 = (1..=steps.max(1))
-        .map(|i| kv_read_bytes(spec, prompt + i))
+        .map(|i| kv_read_bytes(spec, dtype, prompt + i))
         .sum();
     total / steps.max(1) as u64
 }
@@ -273,9 +273,15 @@ mod tests {
             .unwrap()
             .spec;
         let row = 512 * 2 * 4;
-        assert_eq!(kv_read_bytes(&spec, 100), 24 * 100 * row);
-        assert_eq!(kv_read_bytes(&spec, 1000), (12 * 1000 + 12 * 128) * row);
+        let f32 = KvDtype::F32;
+        assert_eq!(kv_read_bytes(&spec, f32, 100), 24 * 100 * row);
+        assert_eq!(
+            kv_read_bytes(&spec, f32, 1000),
+            (12 * 1000 + 12 * 128) * row
+        );
+        // A bf16 store reads half.
+        assert_eq!(kv_read_bytes(&spec, KvDtype::Bf16, 100), 24 * 100 * row / 2);
         // Steps at contexts 11, 12, 13: mean 12.
-        assert_eq!(mean_kv_read_bytes(&spec, 10, 3), 24 * 12 * row);
+        assert_eq!(mean_kv_read_bytes(&spec, f32, 10, 3), 24 * 12 * row);
     }
 }
