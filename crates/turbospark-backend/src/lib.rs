@@ -16,7 +16,7 @@ pub use mxfp4::mxfp4_shape;
 pub use quant::{QUANT_GROUP, Quant};
 pub use scores::ScoreStats;
 
-use turbospark_format::{Activation, AttnSpan, ExpertAct, FormatError, HostTensor, Routing};
+use turbospark_format::{Activation, AttnSpan, DType, ExpertAct, FormatError, HostTensor, Routing};
 
 /// Errors a backend can raise while building weights or buffers.
 #[derive(Debug, thiserror::Error)]
@@ -415,9 +415,11 @@ pub trait Backend: Send + Sync {
     /// convention of transformers).
     fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch, rope: &RopeTable);
 
-    /// The dtype this backend's KV caches are made in
-    /// ([`KvSpec::dtype`]; f32 unless a backend is set otherwise).
-    fn kv_dtype(&self) -> KvDtype {
+    /// The KV store dtype this backend picks by default ([`KvSpec::dtype`];
+    /// a session may ask for another) for a model saved in `model` (its
+    /// config's dtype). f32 unless a backend says otherwise.
+    fn kv_dtype(&self, model: DType) -> KvDtype {
+        let _ = model;
         KvDtype::F32
     }
     fn kv_alloc(&self, spec: KvSpec) -> Self::Kv;

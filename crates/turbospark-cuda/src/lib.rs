@@ -43,7 +43,7 @@ use turbospark_backend::scores::Keep;
 use turbospark_backend::{
     AttnParams, Backend, Experts, KvDtype, KvSpec, MoeParams, Quant, Result, RopeTable, ScoreStats,
 };
-use turbospark_format::{Activation, HostTensor};
+use turbospark_format::{Activation, DType, HostTensor};
 
 pub use attention::CudaKv;
 pub use weight::{CudaWeight, Dense, WeightData};
@@ -73,7 +73,7 @@ pub enum CudaError {
 /// decode GEMVs of grouped weights (MXFP4, int8, int4). Other decode work
 /// (dense GEMVs, split-KV attention) is f32 arithmetic on the stored
 /// weights (and keys and values) in both. The precision also picks the
-/// KV store's default dtype ([`Cuda::set_kv_dtype`]).
+/// KV store's default dtype (`Backend::kv_dtype`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
     /// Tensor-core bf16 operands with f32 accumulation: activations are
@@ -81,8 +81,8 @@ pub enum Precision {
     /// kernel, MoE prefill is grouped by expert; one-row GEMVs of grouped
     /// weights round x per 32 values to int16 (MXFP4) or int8 (int8/int4)
     /// codes and multiply codes in integers (kernels/gemv_grouped.cu). Results
-    /// within ~1e-2 of the rms of f32 arithmetic. KV stores default to
-    /// bf16. The default.
+    /// within ~1e-2 of the rms of f32 arithmetic. A bf16 model's KV store
+    /// defaults to bf16. The default.
     #[default]
     Bf16,
     /// f32-level results everywhere (x split into bf16 hi + lo for the
@@ -131,9 +131,6 @@ pub struct Cuda {
     /// launches for any future batch, not the current one.
     recording: AtomicBool,
     precision: Precision,
-    /// The KV caches' dtype (`set_kv_dtype`); `None`: bf16 at
-    /// `Precision::Bf16`, f32 at `Precision::F32`.
-    kv_dtype: Option<KvDtype>,
     /// cuBLAS handles must not be used from two threads at once.
     blas: Mutex<CudaBlas>,
     k: kernels::Kernels,
@@ -249,7 +246,6 @@ impl Cuda {
             stream,
             recording: AtomicBool::new(false),
             precision: Precision::default(),
-            kv_dtype: None,
             blas: Mutex::new(blas),
             k,
             sm_count: sm_count.max(1) as u32,
@@ -301,14 +297,6 @@ impl Cuda {
     /// Sets the operand precision of the prefill paths (before any work).
     pub fn set_precision(&mut self, p: Precision) {
         self.precision = p;
-    }
-
-    /// The dtype of the KV caches made from now on (`Backend::kv_dtype`);
-    /// `None` follows the precision: bf16 stores at `Precision::Bf16` (half
-    /// the bytes a decode step's attention reads, as peers' f16/bf16
-    /// caches), f32 at `Precision::F32` (the CPU's numbers).
-    pub fn set_kv_dtype(&mut self, dtype: Option<KvDtype>) {
-        self.kv_dtype = dtype;
     }
 
     /// Whether one-row bf16/f16/int8 GEMVs may take the streamed kernels (on by
@@ -688,11 +676,15 @@ impl Backend for Cuda {
         rope_kv::rope(self, x, head_dim, batch, rope);
     }
 
-    fn kv_dtype(&self) -> KvDtype {
-        self.kv_dtype.unwrap_or(match self.precision {
-            Precision::Bf16 => KvDtype::Bf16,
-            Precision::F32 => KvDtype::F32,
-        })
+    /// vLLM's `auto`: a bf16 model keeps a bf16 store at
+    /// `Precision::Bf16` (half the bytes a decode step's attention reads);
+    /// f32 and f16 models, and `Precision::F32`, keep f32 (an f16 model's
+    /// values would lose three bits in bf16).
+    fn kv_dtype(&self, model: DType) -> KvDtype {
+        match (self.precision, model) {
+            (Precision::Bf16, DType::BF16) => KvDtype::Bf16,
+            _ => KvDtype::F32,
+        }
     }
 
     fn kv_alloc(&self, spec: KvSpec) -> CudaKv {

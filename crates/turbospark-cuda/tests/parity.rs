@@ -222,6 +222,19 @@ fn rope_on_every_head_at_far_positions() {
 /// Both store dtypes.
 const KV_DTYPES: [KvDtype; 2] = [KvDtype::F32, KvDtype::Bf16];
 
+/// vLLM's `auto`: a bf16 store for a bf16 model at `Precision::Bf16`,
+/// f32 for every other model dtype and at `Precision::F32`.
+#[test]
+fn default_kv_dtype_follows_the_model_and_the_precision() {
+    let Some(mut g) = gpu() else { return };
+    assert_eq!(g.kv_dtype(DType::BF16), KvDtype::Bf16);
+    assert_eq!(g.kv_dtype(DType::F16), KvDtype::F32);
+    assert_eq!(g.kv_dtype(DType::F32), KvDtype::F32);
+    g.set_precision(Precision::F32);
+    assert_eq!(g.kv_dtype(DType::BF16), KvDtype::F32);
+    assert_eq!(Cpu.kv_dtype(DType::BF16), KvDtype::F32);
+}
+
 /// The GPU store holds exactly the CPU's: an f32 store the rows as given,
 /// a bf16 one each value rounded to nearest even (`half` on the CPU,
 /// `cvt.rn.bf16.f32` on the GPU). The values written are not bf16 values,

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use turbospark_backend::Backend;
+use turbospark_backend::{Backend, KvDtype};
 use turbospark_format::Arch;
 use turbospark_models::{CausalLm, LoadOptions, Session, load_model, loader::Progress};
 use turbospark_text::{ChatTemplate, GenerationConfig, Message, Tokenizer, harmony_stop_ids};
@@ -20,6 +20,9 @@ pub struct Engine<B: Backend> {
     pub template: Option<ChatTemplate>,
     pub gen_config: GenerationConfig,
     pub dir: PathBuf,
+    /// The KV store dtype of new sessions; `None`: the backend's default
+    /// for the model (`Backend::kv_dtype`).
+    pub kv_dtype: Option<KvDtype>,
 }
 
 impl<B: Backend + 'static> Engine<B> {
@@ -42,6 +45,7 @@ impl<B: Backend + 'static> Engine<B> {
             template,
             gen_config: GenerationConfig::from_dir(dir)?,
             dir: dir.to_path_buf(),
+            kv_dtype: None,
         })
     }
 
@@ -52,12 +56,18 @@ impl<B: Backend + 'static> Engine<B> {
             || self.template.as_ref().is_some_and(ChatTemplate::is_harmony)
     }
 
+    /// The dtype new sessions keep keys and values in.
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv_dtype
+            .unwrap_or_else(|| self.be.kv_dtype(self.model.spec().dtype))
+    }
+
     /// A new sequence with room for `max_context` positions, fed at most
     /// the backend's `prefill_chunk()` prompt tokens per forward call.
     pub fn session(&self, max_context: usize) -> Session<'_, B> {
         let ctx = max_context.max(1);
         let chunk = self.be.prefill_chunk().min(ctx);
-        Session::new(&self.be, self.model.as_ref(), ctx, chunk)
+        Session::with_kv_dtype(&self.be, self.model.as_ref(), ctx, chunk, self.kv_dtype())
     }
 
     /// Token ids that end generation: generation_config.json's, else

@@ -7,7 +7,7 @@
 //! the backend (`Backend::Kv`); paged and compressed caches will plug in here.
 //! It must not do attention arithmetic.
 
-use turbospark_backend::{Backend, KvSpec};
+use turbospark_backend::{Backend, KvDtype, KvSpec};
 use turbospark_format::{AttnSpan, ModelSpec};
 
 use crate::error::{ModelError, Result};
@@ -17,12 +17,19 @@ pub struct KvCache<B: Backend> {
     len: usize,
     max_context: usize,
     max_chunk: usize,
+    dtype: KvDtype,
 }
 
 impl<B: Backend> KvCache<B> {
     /// A cache for up to `max_context` positions, fed at most `max_chunk`
-    /// tokens per forward call.
-    pub fn new(be: &B, spec: &ModelSpec, max_context: usize, max_chunk: usize) -> Self {
+    /// tokens per forward call, keeping keys and values in `dtype`.
+    pub fn new(
+        be: &B,
+        spec: &ModelSpec,
+        max_context: usize,
+        max_chunk: usize,
+        dtype: KvDtype,
+    ) -> Self {
         let max_chunk = max_chunk.min(max_context).max(1);
         let layers = spec
             .layer_spans
@@ -35,7 +42,7 @@ impl<B: Backend> KvCache<B> {
                 be.kv_alloc(KvSpec {
                     capacity,
                     kv_dim: spec.kv_dim(),
-                    dtype: be.kv_dtype(),
+                    dtype,
                 })
             })
             .collect();
@@ -44,6 +51,7 @@ impl<B: Backend> KvCache<B> {
             len: 0,
             max_context,
             max_chunk,
+            dtype,
         }
     }
 
@@ -98,7 +106,7 @@ impl<B: Backend> KvCache<B> {
 
     /// Forgets the sequence by starting from fresh storage.
     pub fn clear(&mut self, be: &B, spec: &ModelSpec) {
-        *self = Self::new(be, spec, self.max_context, self.max_chunk);
+        *self = Self::new(be, spec, self.max_context, self.max_chunk, self.dtype);
     }
 }
 
@@ -122,18 +130,18 @@ mod tests {
     #[test]
     fn sliding_layers_hold_window_plus_chunk_whatever_the_context() {
         for context in [1024, 131_072] {
-            let cache = KvCache::new(&Cpu, &spec(), context, 512);
+            let cache = KvCache::new(&Cpu, &spec(), context, 512, KvDtype::F32);
             let caps: Vec<usize> = cache.layers.iter().map(|kv| kv.spec.capacity).collect();
             assert_eq!(caps, vec![128 + 512, context, 128 + 512, context]);
         }
         // A context shorter than the ring needs no more than the context.
-        let cache = KvCache::new(&Cpu, &spec(), 200, 512);
+        let cache = KvCache::new(&Cpu, &spec(), 200, 512, KvDtype::F32);
         assert!(cache.layers.iter().all(|kv| kv.spec.capacity == 200));
     }
 
     #[test]
     fn reserve_refuses_past_the_context_and_truncate_rewinds() {
-        let mut cache = KvCache::new(&Cpu, &spec(), 16, 8);
+        let mut cache = KvCache::new(&Cpu, &spec(), 16, 8, KvDtype::F32);
         assert_eq!(cache.reserve(3).unwrap(), vec![0, 1, 2]);
         cache.advance(3);
         assert_eq!(cache.reserve(2).unwrap(), vec![3, 4]);

@@ -10,7 +10,7 @@
 //! the storage is replaced by `reset`).
 
 use turbospark_backend::scores::Keep;
-use turbospark_backend::{Backend, ScoreStats, host_row};
+use turbospark_backend::{Backend, KvDtype, ScoreStats, host_row};
 
 use crate::error::{ModelError, Result};
 use crate::families::CausalLm;
@@ -45,13 +45,27 @@ struct DecodeGraph<B: Backend> {
 }
 
 impl<'m, B: Backend> Session<'m, B> {
+    /// A session whose KV cache takes the backend's default dtype for the
+    /// model (`Backend::kv_dtype`).
     pub fn new(
         be: &'m B,
         model: &'m dyn CausalLm<B>,
         max_context: usize,
         max_chunk: usize,
     ) -> Self {
-        let cache = KvCache::new(be, model.spec(), max_context, max_chunk);
+        let kv = be.kv_dtype(model.spec().dtype);
+        Self::with_kv_dtype(be, model, max_context, max_chunk, kv)
+    }
+
+    /// A session whose KV cache keeps keys and values in `kv`.
+    pub fn with_kv_dtype(
+        be: &'m B,
+        model: &'m dyn CausalLm<B>,
+        max_context: usize,
+        max_chunk: usize,
+        kv: KvDtype,
+    ) -> Self {
+        let cache = KvCache::new(be, model.spec(), max_context, max_chunk, kv);
         Session {
             be,
             model,

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use turbospark_backend::Backend;
+use turbospark_backend::{Backend, KvDtype};
 use turbospark_format::{ModelSpec, npy};
 use turbospark_models::{LoadOptions, Session, load_model_with, read_spec, sampler::argmax};
 
@@ -40,6 +40,16 @@ pub struct Reference {
     pub greedy: Vec<u32>,
     pub logits: Vec<f32>,
     pub vocab: usize,
+}
+
+impl Reference {
+    /// The reference's logits and greedy continuation, as a [`Run`].
+    pub fn as_run(&self) -> Run {
+        Run {
+            logits: self.logits.clone(),
+            greedy: self.greedy.clone(),
+        }
+    }
 }
 
 /// The recorded transformers outputs in fixture directory `dir`.
@@ -86,26 +96,45 @@ fn std_dev(x: &[f32]) -> f32 {
     (x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt() as f32
 }
 
-/// Runs the weights in `dir` (fixture `reference_dir`'s or a rewritten copy)
-/// with `spec` and `opts`, feeding the prompt `chunk` tokens at a time, then
-/// decodes greedily as many tokens as the reference has.
-pub fn compare<B: Backend + 'static>(
+/// What TurboSpark makes of a fixture's prompt: every position's logits
+/// (`[tokens, vocab]`) and the greedy continuation.
+pub struct Run {
+    pub logits: Vec<f32>,
+    pub greedy: Vec<u32>,
+}
+
+/// Runs the weights in `dir` with `spec` and `opts` on the prompt of
+/// `r`, feeding it `chunk` tokens at a time into a KV cache of `kv` (the
+/// backend's default for the model when `None`), then decodes greedily as
+/// many tokens as `r` has.
+pub fn run<B: Backend + 'static>(
     be: &B,
     dir: &Path,
-    reference_dir: &Path,
-    spec: ModelSpec,
-    opts: LoadOptions,
+    r: &Reference,
+    (spec, opts): (ModelSpec, LoadOptions),
     chunk: usize,
-) -> Comparison {
-    let r = reference(reference_dir);
+    kv: Option<KvDtype>,
+) -> Run {
     let model = load_model_with(be, dir, spec, opts, &|_, _| {}).unwrap();
     let ctx = r.tokens.len() + r.greedy.len() + 1;
-    let mut session = Session::new(be, model.as_ref(), ctx, chunk);
+    let kv = kv.unwrap_or_else(|| be.kv_dtype(model.spec().dtype));
+    let mut session = Session::with_kv_dtype(be, model.as_ref(), ctx, chunk, kv);
     let logits = session.feed(&r.tokens, true).unwrap();
     assert_eq!(logits.len(), r.logits.len());
+    let mut greedy = Vec::new();
+    let mut next = argmax(&logits[logits.len() - r.vocab..]);
+    for _ in 0..r.greedy.len() {
+        greedy.push(next);
+        next = session.feed_argmax(&[next]).unwrap();
+    }
+    Run { logits, greedy }
+}
+
+/// How far `ours` is from `theirs` (a [`Reference`], or another run of it).
+pub fn measure(ours: &Run, theirs: &Run, vocab: usize) -> Comparison {
     let mut rel_errs = Vec::new();
     let mut mismatches = 0;
-    for (ours, theirs) in logits.chunks(r.vocab).zip(r.logits.chunks(r.vocab)) {
+    for (ours, theirs) in ours.logits.chunks(vocab).zip(theirs.logits.chunks(vocab)) {
         // A NaN anywhere must fail, not vanish in the max.
         let err = if ours.iter().any(|v| v.is_nan()) {
             f32::INFINITY
@@ -118,24 +147,48 @@ pub fn compare<B: Backend + 'static>(
         rel_errs.push(err / std_dev(theirs));
         mismatches += usize::from(argmax(ours) != argmax(theirs));
     }
-    let mut greedy = Vec::new();
-    let mut next = argmax(&logits[logits.len() - r.vocab..]);
-    for _ in 0..r.greedy.len() {
-        greedy.push(next);
-        next = session.feed_argmax(&[next]).unwrap();
-    }
     Comparison {
         worst_rel_err: rel_errs.iter().copied().fold(0.0, f32::max),
+        positions: rel_errs.len(),
         rel_errs,
         argmax_mismatches: mismatches,
-        positions: r.tokens.len(),
-        greedy,
-        greedy_reference: r.greedy,
+        greedy: ours.greedy.clone(),
+        greedy_reference: theirs.greedy.clone(),
     }
+}
+
+/// Runs the weights in `dir` (fixture `reference_dir`'s or a rewritten copy)
+/// with `spec` and `opts`, feeding the prompt `chunk` tokens at a time, then
+/// decodes greedily as many tokens as the reference has, and measures the
+/// distance from transformers' outputs.
+pub fn compare<B: Backend + 'static>(
+    be: &B,
+    dir: &Path,
+    reference_dir: &Path,
+    spec: ModelSpec,
+    opts: LoadOptions,
+    chunk: usize,
+) -> Comparison {
+    let r = reference(reference_dir);
+    let ours = run(be, dir, &r, (spec, opts), chunk, None);
+    measure(&ours, &r.as_run(), r.vocab)
+}
+
+/// [`compare`] on fixture `dir` itself, with its own spec, and a KV cache
+/// of `kv` (the backend's default when `None`).
+pub fn compare_fixture_kv<B: Backend + 'static>(
+    be: &B,
+    dir: &Path,
+    chunk: usize,
+    kv: Option<KvDtype>,
+) -> Comparison {
+    let r = reference(dir);
+    let spec = read_spec(dir).unwrap();
+    let ours = run(be, dir, &r, (spec, LoadOptions::default()), chunk, kv);
+    measure(&ours, &r.as_run(), r.vocab)
 }
 
 /// [`compare`] on fixture `dir` itself, with its own spec.
 pub fn compare_fixture<B: Backend + 'static>(be: &B, dir: &Path, chunk: usize) -> Comparison {
-    let spec = read_spec(dir).unwrap();
-    compare(be, dir, dir, spec, LoadOptions::default(), chunk)
+    compare_fixture_kv(be, dir, chunk, None)
 }

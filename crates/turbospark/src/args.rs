@@ -69,9 +69,10 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value = "bf16")]
     pub precision: PrecisionArg,
     /// How the KV cache keeps keys and values (vLLM's flag; llama.cpp's
-    /// --cache-type-k/v). auto: bf16 on the GPU at --precision bf16 (half
-    /// the memory and the bytes each decoded token reads), f32 otherwise
-    /// and on the CPU; attention computes in f32 either way.
+    /// --cache-type-k/v). auto: bf16 on the GPU for a bf16 model at
+    /// --precision bf16 (half the memory and the bytes each decoded token
+    /// reads), f32 otherwise and on the CPU. Attention computes in f32 either
+    /// way.
     #[arg(long, value_enum, default_value = "auto", alias = "kv-dtype")]
     pub kv_cache_dtype: KvDtypeArg,
 }

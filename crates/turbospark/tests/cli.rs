@@ -153,7 +153,7 @@ fn inspect_describes_the_demo_model() {
          attention factor 1.1386, not truncated)",
         // 3 full layers x 2 KV heads x 64 x (K, V) x 4 bytes = 3 KiB a token.
         "KV cache        3.00 MiB per 1k tokens; 6.00 MiB at 2048 tokens \
-         (full layers; the 3 sliding layers keep fixed rings); f32 (bf16 on the GPU: half)",
+         (full layers; the 3 sliding layers keep fixed rings); in f32 (a bf16 cache: half)",
     ] {
         assert!(text.lines().any(|l| l == line), "{line:?} not in:\n{text}");
     }
@@ -287,23 +287,6 @@ fn bad_input_is_one_line_and_exit_2() {
     let weights = fixture("qwen2-bias").join("model.safetensors");
     assert_clean_error(&run(&weights, "1"), "is a file, not a model directory");
     assert_clean_error(&run(&fixture("qwen2-bias"), "1,4000"), "token id 4000");
-    // A KV cache dtype the CPU backend does not keep.
-    let qwen2 = fixture("qwen2-bias");
-    let bf16_kv = [
-        "run",
-        "--model",
-        qwen2.to_str().unwrap(),
-        "--prompt-tokens",
-        "1",
-        "--device",
-        "cpu",
-        "--kv-cache-dtype",
-        "bf16",
-    ];
-    assert_clean_error(
-        &turbospark(&bf16_kv),
-        "--kv-cache-dtype bf16: the CPU backend keeps its KV cache in f32",
-    );
     // chat without a chat template says so before its first prompt.
     let no_template = fixture("qwen2-bias");
     assert_clean_error(
@@ -490,6 +473,18 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
     // The CPU has no device memory of its own; its peak is the RSS.
     assert!(json["peak_gpu_bytes"].is_null(), "{json}");
     assert!(num("peak_rss_bytes") >= num("rss_bytes"));
+}
+
+/// `--kv-cache-dtype bf16` keeps a bf16 store (on the CPU too): half the
+/// KV bytes a decoded token reads.
+#[test]
+fn bench_counts_a_bf16_kv_cache_at_half_the_bytes() {
+    let json = bench_json(&["--gen-len", "2", "--kv-cache-dtype", "bf16"]);
+    assert_eq!(json["kv_dtype"], "bf16");
+    assert_eq!(
+        json["kv_bytes_per_token"].as_f64(),
+        Some((9.5f64 * 1024.0 * 2.0 * 2.0).floor())
+    );
 }
 
 /// `bench --temperature` decodes by sampling, as `run` does, and says so.

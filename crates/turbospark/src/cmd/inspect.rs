@@ -80,8 +80,8 @@ pub fn main(a: InspectArgs) -> Result<()> {
         .collect();
     println!("stored          {}", stored.join(", "));
     let weights = ckpt.total_bytes() as f64;
-    // f32 K and V (the CPU's cache) for every layer that keeps the whole
-    // context; the GPU's bf16 cache is half.
+    // f32 K and V (the default but for bf16 models on the GPU) for every
+    // layer that keeps the whole context; a bf16 cache is half.
     let kv_per_token = (2 * spec.kv_dim() * 4 * (spec.num_layers - sliding)) as f64;
     let ctx = spec.context_limit().min(8192) as f64;
     println!("weights memory  {}", bytes(weights));
@@ -93,7 +93,7 @@ pub fn main(a: InspectArgs) -> Result<()> {
         String::new()
     };
     println!(
-        "KV cache        {} per 1k tokens; {} at {} tokens{rings}; f32 (bf16 on the GPU: half)",
+        "KV cache        {} per 1k tokens; {} at {} tokens{rings}; in f32 (a bf16 cache: half)",
         bytes(kv_per_token * 1024.0),
         bytes(kv_per_token * ctx),
         ctx

@@ -13,7 +13,7 @@ pub mod synth;
 pub mod tokenize;
 
 use anyhow::Result;
-use turbospark_backend::{Backend, Quant};
+use turbospark_backend::{Backend, KvDtype, Quant};
 use turbospark_engine::Engine;
 use turbospark_models::LoadOptions;
 use turbospark_models::sampler::SamplerConfig;
@@ -32,16 +32,6 @@ pub enum Picked {
 /// `--device`: `cpu`, `cuda` (an error naming the cause when there is no
 /// usable GPU or the build lacks CUDA), or `auto` (the GPU when one works).
 pub fn pick_device(args: &ModelArgs) -> Result<Picked> {
-    let picked = pick(args)?;
-    if matches!(picked, Picked::Cpu) && args.kv_cache_dtype == KvDtypeArg::Bf16 {
-        anyhow::bail!(
-            "--kv-cache-dtype bf16: the CPU backend keeps its KV cache in f32 (use auto or f32 on the CPU)"
-        );
-    }
-    Ok(picked)
-}
-
-fn pick(args: &ModelArgs) -> Result<Picked> {
     match args.device {
         Device::Cpu => Ok(Picked::Cpu),
         #[cfg(feature = "cuda")]
@@ -59,17 +49,12 @@ fn pick(args: &ModelArgs) -> Result<Picked> {
     }
 }
 
-/// The GPU backend with `--precision` and `--kv-cache-dtype` applied.
+/// The GPU backend with `--precision` applied.
 #[cfg(feature = "cuda")]
 fn cuda(mut c: turbospark_cuda::Cuda, args: &ModelArgs) -> Picked {
     c.set_precision(match args.precision {
         crate::args::PrecisionArg::Bf16 => turbospark_cuda::Precision::Bf16,
         crate::args::PrecisionArg::F32 => turbospark_cuda::Precision::F32,
-    });
-    c.set_kv_dtype(match args.kv_cache_dtype {
-        KvDtypeArg::Auto => None,
-        KvDtypeArg::F32 => Some(turbospark_backend::KvDtype::F32),
-        KvDtypeArg::Bf16 => Some(turbospark_backend::KvDtype::Bf16),
     });
     Picked::Cuda(Box::new(c))
 }
@@ -126,6 +111,16 @@ pub fn init_threads(args: &ModelArgs) {
     }
 }
 
+/// `--kv-cache-dtype`: `None` for auto (the backend's default for the
+/// model).
+pub fn kv_dtype(args: &ModelArgs) -> Option<KvDtype> {
+    match args.kv_cache_dtype {
+        KvDtypeArg::Auto => None,
+        KvDtypeArg::F32 => Some(KvDtype::F32),
+        KvDtypeArg::Bf16 => Some(KvDtype::Bf16),
+    }
+}
+
 /// `--quant` as load options.
 pub fn load_options(args: &ModelArgs) -> LoadOptions {
     LoadOptions {
@@ -143,8 +138,9 @@ pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engi
     let name = dir.display().to_string();
     let bar = LoadBar::new(&name);
     let opts = load_options(args);
-    let engine = Engine::load_with(be, &dir, opts, &|done, total| bar.update(done, total))?;
+    let mut engine = Engine::load_with(be, &dir, opts, &|done, total| bar.update(done, total))?;
     bar.finish();
+    engine.kv_dtype = kv_dtype(args);
     Ok(engine)
 }
 

@@ -31,7 +31,7 @@ pub use device::DeviceStats;
 use device::proc_status_bytes;
 
 use super::synth::SyntheticModel;
-use super::{init_threads, load_engine, load_options, with_backend};
+use super::{init_threads, kv_dtype, load_engine, load_options, with_backend};
 use crate::args::{BenchArgs, ModelArgs, QuantArg};
 use crate::progress::LoadBar;
 
@@ -127,7 +127,7 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     let prefill = prompt.len() as f64 / prefill_s.max(1e-9);
     let decode = a.gen_len as f64 / decode_s.max(1e-9);
     let weight_bytes = engine.model.decode_bytes();
-    let kv_dtype = engine.be.kv_dtype();
+    let kv_dtype = engine.kv_dtype();
     let kv_bytes = mean_kv_read_bytes(spec, kv_dtype, prompt.len(), a.gen_len);
     let bytes_per_token = weight_bytes + kv_bytes;
     let decode_bandwidth = bytes_per_token as f64 * decode;
@@ -218,6 +218,7 @@ fn load_synthetic<B: Backend + 'static>(
         template: None,
         gen_config: GenerationConfig::default(),
         dir: PathBuf::from(m.label()),
+        kv_dtype: kv_dtype(args),
     })
 }
 
