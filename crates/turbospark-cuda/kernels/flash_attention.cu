@@ -196,16 +196,19 @@ __device__ __forceinline__ void flash_attn(float* out, const float* q, const S* 
         // K rows: thread i converts dims (d, d+1) of key i / (HD/2).
         for (u32 i = tid; i < TILE * HD / 2; i += FA_THREADS) {
             const u32 key = i / (HD / 2), d = 2 * (i % (HD / 2)), s = t0 + key;
-            const u32 w = s < bhi ? kv_bf16_pair(kc, (u64)s * kv_dim + kv_off + d, k_pairs) : 0u;
+            u32 w = 0;
+            if (s < bhi) w = kv_bf16_pair(kc + (u64)s * kv_dim + kv_off + d, k_pairs);
             *(u32*)&ks[key * KS + d] = w;
         }
         // V rows, transposed: thread i converts dim d of keys (key, key+1).
         for (u32 i = tid; i < TILE / 2 * HD; i += FA_THREADS) {
             const u32 d = i % HD, key = 2 * (i / HD), s = t0 + key;
-            const u64 vr = (u64)s * kv_dim + kv_off + d;
-            const u32 v0 = s < bhi ? kv_bf16(vc, vr) : 0u;
-            const u32 v1 = s + 1 < bhi ? kv_bf16(vc, vr + kv_dim) : 0u;
-            *(u32*)&vt[d * VS + key] = v0 | (v1 << 16);
+            // Widened and rounded again (exact for a bf16 store), so that
+            // both stores' pairs take one pack instruction.
+            const S* vr = vc + (u64)s * kv_dim + kv_off + d;
+            const float v0 = s < bhi ? kv_get(vr, 0) : 0.0f;
+            const float v1 = s + 1 < bhi ? kv_get(vr, kv_dim) : 0.0f;
+            *(u32*)&vt[d * VS + key] = fa_pack(v0, v1);
         }
         __syncthreads();
         // Uniform over the warp: no row of it sees any slot of this tile.

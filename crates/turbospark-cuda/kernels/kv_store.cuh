@@ -93,27 +93,18 @@ __device__ __forceinline__ void load_j(const u16* p, float* v) {
     }
 }
 
-// Values i and i + 1 of a row as packed bf16 (i first, in the lower half),
-// as the tensor cores take them: a bf16 store's bits as they are (RNE of a
-// bf16 value is itself), an f32 store's rounded (`aligned`: p + i is
-// 8-byte aligned, one float2 load).
-__device__ __forceinline__ u32 kv_bf16_pair(const float* p, u64 i, bool aligned) {
-    float a, b;
+// Values p[0] and p[1] as packed bf16 (p[0] in the lower half), as the
+// tensor cores take them: a bf16 store's bits as they are (RNE of a bf16
+// value is itself), an f32 store's rounded (`aligned`: p is 8-byte aligned
+// for f32, 4-byte for bf16: one load).
+__device__ __forceinline__ u32 kv_bf16_pair(const float* p, bool aligned) {
     if (aligned) {
-        const float2 f = *(const float2*)(p + i);
-        a = f.x;
-        b = f.y;
-    } else {
-        a = p[i];
-        b = p[i + 1];
+        const float2 f = *(const float2*)p;
+        return (u32)f32_to_bf16(f.x) | ((u32)f32_to_bf16(f.y) << 16);
     }
-    return (u32)f32_to_bf16(a) | ((u32)f32_to_bf16(b) << 16);
+    return (u32)f32_to_bf16(p[0]) | ((u32)f32_to_bf16(p[1]) << 16);
 }
-__device__ __forceinline__ u32 kv_bf16_pair(const u16* p, u64 i, bool aligned) {
-    if (aligned) return *(const u32*)(p + i);
-    return (u32)p[i] | ((u32)p[i + 1] << 16);
+__device__ __forceinline__ u32 kv_bf16_pair(const u16* p, bool aligned) {
+    if (aligned) return *(const u32*)p;
+    return (u32)p[0] | ((u32)p[1] << 16);
 }
-
-// One value of a row as bf16 bits.
-__device__ __forceinline__ u32 kv_bf16(const float* p, u64 i) { return f32_to_bf16(p[i]); }
-__device__ __forceinline__ u32 kv_bf16(const u16* p, u64 i) { return p[i]; }
