@@ -487,6 +487,9 @@ fn attention_full_sliding_gqa_sinks_softcap() {
     g.set_precision(Precision::F32);
     let mut rng = Rng(10);
     for dtype in KV_DTYPES {
+        let mut run = |p: AttnParams, capacity: usize, chunks: &[usize], sinks: Option<DType>| {
+            attention_run(&g, &mut rng, (p, dtype), capacity, chunks, sinks)
+        };
         let base = AttnParams {
             num_heads: 4,
             num_kv_heads: 2,
@@ -496,7 +499,7 @@ fn attention_full_sliding_gqa_sinks_softcap() {
             softcap: None,
         };
         // Full span: prefill then decode (GQA 2:1).
-        attention_run(&g, &mut rng, (base, dtype), 64, &[5, 1, 1, 33, 1], None);
+        run(base, 64, &[5, 1, 1, 33, 1], None);
         // head_dim 16, 8 query heads on one KV head, sliding window 4 in a ring
         // of window + chunk slots fed 3 at a time (wraps many times).
         let sliding = AttnParams {
@@ -507,14 +510,7 @@ fn attention_full_sliding_gqa_sinks_softcap() {
             span: AttnSpan::Sliding { window: 4 },
             softcap: None,
         };
-        attention_run(
-            &g,
-            &mut rng,
-            (sliding, dtype),
-            7,
-            &[3, 3, 3, 3, 3, 1, 1, 3],
-            None,
-        );
+        run(sliding, 7, &[3, 3, 3, 3, 3, 1, 1, 3], None);
         // Sinks (f32 and bf16), softcap, odd head counts.
         for sinks in [DType::F32, DType::BF16] {
             let p = AttnParams {
@@ -523,15 +519,15 @@ fn attention_full_sliding_gqa_sinks_softcap() {
                 softcap: Some(2.0),
                 ..base
             };
-            attention_run(&g, &mut rng, (p, dtype), 40, &[7, 1, 9, 1], Some(sinks));
+            run(p, 40, &[7, 1, 9, 1], Some(sinks));
             let ps = AttnParams {
                 span: AttnSpan::Sliding { window: 5 },
                 ..p
             };
-            attention_run(&g, &mut rng, (ps, dtype), 9, &[4, 4, 1, 4, 1], Some(sinks));
+            run(ps, 9, &[4, 4, 1, 4, 1], Some(sinks));
         }
         // Many keys: decode splits the slots over many blocks.
-        attention_run(&g, &mut rng, (base, dtype), 1200, &[512, 388, 1, 1], None);
+        run(base, 1200, &[512, 388, 1, 1], None);
         let wide = AttnParams {
             head_dim: 256,
             num_heads: 2,
@@ -539,14 +535,7 @@ fn attention_full_sliding_gqa_sinks_softcap() {
             scale: 0.0625,
             ..base
         };
-        attention_run(
-            &g,
-            &mut rng,
-            (wide, dtype),
-            100,
-            &[50, 1, 1],
-            Some(DType::F32),
-        );
+        run(wide, 100, &[50, 1, 1], Some(DType::F32));
         // gpt-oss's grouping (8 query heads a KV head, head_dim 64, sinks) over
         // many keys, full and sliding: the GQA kernel's 16-head variant too.
         let oss = AttnParams {
@@ -555,32 +544,18 @@ fn attention_full_sliding_gqa_sinks_softcap() {
             head_dim: 64,
             ..base
         };
-        attention_run(
-            &g,
-            &mut rng,
-            (oss, dtype),
-            700,
-            &[300, 1, 1],
-            Some(DType::BF16),
-        );
+        run(oss, 700, &[300, 1, 1], Some(DType::BF16));
         let oss_sliding = AttnParams {
             span: AttnSpan::Sliding { window: 128 },
             ..oss
         };
-        attention_run(
-            &g,
-            &mut rng,
-            (oss_sliding, dtype),
-            300,
-            &[200, 1, 1],
-            Some(DType::BF16),
-        );
+        run(oss_sliding, 300, &[200, 1, 1], Some(DType::BF16));
         let group16 = AttnParams {
             num_heads: 16,
             num_kv_heads: 1,
             ..oss
         };
-        attention_run(&g, &mut rng, (group16, dtype), 200, &[90, 1], None);
+        run(group16, 200, &[90, 1], None);
         // Llama-3-8B's grouping (4 query heads a KV head, head_dim 128: tiles
         // of 16 slots, two lanes a key) over many keys, with a partial last
         // tile and rows that see different numbers of them.
@@ -591,7 +566,7 @@ fn attention_full_sliding_gqa_sinks_softcap() {
             scale: 0.088,
             ..base
         };
-        attention_run(&g, &mut rng, (llama, dtype), 1400, &[600, 637, 1, 1], None);
+        run(llama, 1400, &[600, 637, 1, 1], None);
         // What the GQA kernels do not hold goes to the per-head kernel: 16
         // query heads a KV head at head_dim 128, and head_dim 18 (not a
         // multiple of 4).
@@ -601,12 +576,12 @@ fn attention_full_sliding_gqa_sinks_softcap() {
             head_dim: 128,
             ..base
         };
-        attention_run(&g, &mut rng, (wide_group, dtype), 100, &[40, 1], None);
+        run(wide_group, 100, &[40, 1], None);
         let odd = AttnParams {
             head_dim: 18,
             ..base
         };
-        attention_run(&g, &mut rng, (odd, dtype), 50, &[20, 1], None);
+        run(odd, 50, &[20, 1], None);
     }
 }
 
