@@ -22,7 +22,7 @@ pub struct Engine<B: Backend> {
     pub dir: PathBuf,
     /// The KV store dtype of new sessions; `None`: the backend's default
     /// for the model (`Backend::kv_dtype`).
-    pub kv_dtype: Option<KvDtype>,
+    pub kv_override: Option<KvDtype>,
 }
 
 impl<B: Backend + 'static> Engine<B> {
@@ -45,7 +45,7 @@ impl<B: Backend + 'static> Engine<B> {
             template,
             gen_config: GenerationConfig::from_dir(dir)?,
             dir: dir.to_path_buf(),
-            kv_dtype: None,
+            kv_override: None,
         })
     }
 
@@ -58,7 +58,7 @@ impl<B: Backend + 'static> Engine<B> {
 
     /// The dtype new sessions keep keys and values in.
     pub fn kv_dtype(&self) -> KvDtype {
-        self.kv_dtype
+        self.kv_override
             .unwrap_or_else(|| self.be.kv_dtype(self.model.spec().dtype))
     }
 

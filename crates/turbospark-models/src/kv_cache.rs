@@ -2,8 +2,9 @@
 //!
 //! It decides each layer's storage shape from the layer's attention span
 //! (full layers hold the whole context; sliding layers hold a ring of
-//! `window + max_chunk` rows, so their memory does not grow with context)
-//! and tracks how many positions are filled. The storage itself belongs to
+//! `window + max_chunk` rows, so their memory does not grow with context),
+//! keeps every layer in the dtype it is given (`KvDtype`: the session's
+//! choice) and tracks how many positions are filled. The storage itself belongs to
 //! the backend (`Backend::Kv`); paged and compressed caches will plug in here.
 //! It must not do attention arithmetic.
 

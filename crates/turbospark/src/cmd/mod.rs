@@ -140,7 +140,7 @@ pub fn load_engine<B: Backend + 'static>(be: B, args: &ModelArgs) -> Result<Engi
     let opts = load_options(args);
     let mut engine = Engine::load_with(be, &dir, opts, &|done, total| bar.update(done, total))?;
     bar.finish();
-    engine.kv_dtype = kv_dtype(args);
+    engine.kv_override = kv_dtype(args);
     Ok(engine)
 }
 

@@ -218,7 +218,7 @@ fn load_synthetic<B: Backend + 'static>(
         template: None,
         gen_config: GenerationConfig::default(),
         dir: PathBuf::from(m.label()),
-        kv_dtype: kv_dtype(args),
+        kv_override: kv_dtype(args),
     })
 }
 
