@@ -50,11 +50,20 @@ impl KvRows {
         }
     }
 
-    /// `out = row[at..at + out.len()]` as f32.
-    fn read(&self, at: usize, out: &mut [f32]) {
+    /// `out += p · row[at..at + out.len()]`, each value widened first.
+    fn add_scaled(&self, at: usize, p: f32, out: &mut [f32]) {
+        let n = out.len();
         match self {
-            KvRows::F32(d) => out.copy_from_slice(&d[at..at + out.len()]),
-            KvRows::Bf16(d) => crate::simd::bf16_to_f32(&d[at..at + out.len()], out),
+            KvRows::F32(d) => {
+                for (a, &b) in out.iter_mut().zip(&d[at..at + n]) {
+                    *a += p * b;
+                }
+            }
+            KvRows::Bf16(d) => {
+                for (a, &b) in out.iter_mut().zip(&d[at..at + n]) {
+                    *a += p * half::bf16::from_bits(b).to_f32();
+                }
+            }
         }
     }
 
@@ -150,14 +159,10 @@ pub fn attention(
         }
         o.fill(0.0);
         let mut denom = sink.map_or(0.0, |s| (s - max).exp());
-        let mut vv = vec![0.0; hd];
         for (slot, s) in &mut scores {
             *s = (*s - max).exp();
             denom += *s;
-            kv.v.read(*slot * kv_dim + kv_off, &mut vv);
-            for (a, &b) in o.iter_mut().zip(&vv) {
-                *a += *s * b;
-            }
+            kv.v.add_scaled(*slot * kv_dim + kv_off, *s, o);
         }
         let inv = 1.0 / denom;
         for a in o.iter_mut() {
