@@ -5,8 +5,7 @@
 // `slot_pos[capacity]` (i64, −1 = empty): slot p % capacity holds position
 // p (kernels/rope_kv.cu writes it, or a decode step's own kernel below,
 // `attn_gqa_*_step`). A key at position k is visible to a query at position
-// q when
-// 0 ≤ k ≤ q and, for a sliding span (window > 0), q − k < window
+// q when 0 ≤ k ≤ q and, for a sliding span (window > 0), q − k < window
 // (crates/turbospark-cpu/src/attention.rs).
 //
 // Attention is split over the key slots (flash-decoding). `attn_gqa_*`
@@ -221,8 +220,9 @@ ATT_PARTIAL(attn_partial_bf16kv, u16)
 // makes each warp's chain `group` times shorter and gives the SMs `group`
 // times more warps to overlap. J = ceil(head_dim / 32), G = the most query
 // heads a group may have, S the store's element. Sums run in a different
-// order from the CPU's (a dot in four interleaved pieces, a warp tree for the tile's max, per-lane
-// denominators summed at the end): equal up to f32 rounding. (Tiles of
+// order from the CPU's (a dot in four interleaved pieces, a warp tree for
+// the tile's max, per-lane denominators summed at the end): equal up to
+// f32 rounding. (Tiles of
 // half the values, so twice the splits and warps, were slower: a block's
 // time is its chain of dependent loads, not its share of the work;
 // BENCHMARKS.md, eleventh session.)
