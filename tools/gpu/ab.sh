@@ -7,6 +7,8 @@
 # Each call of the device tool starts a fresh machine, on which the same
 # binary measures differently, so only figures of one call compare.
 # One line a run, as it ends, to $OUT/ab.txt (default ./gpu-results).
+# PROMPT_LEN and GEN_LEN (default 2048 and 128) set the bench's lengths:
+# GEN_LEN=16 for prefill alone costs about a third of the time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 for f in .device/*.gz; do gunzip -f "$f"; done
@@ -20,7 +22,7 @@ for p in "$@"; do
         for b in turbospark_old turbospark; do
             # shellcheck disable=SC2086 # the preset carries its flags
             line=$(timeout 200 ".device/$b" bench --device cuda --json --synthetic $p \
-                --prompt-len 2048 --gen-len 128 2>/dev/null | tail -1)
+                --prompt-len "${PROMPT_LEN:-2048}" --gen-len "${GEN_LEN:-128}" 2>/dev/null | tail -1)
             python3 -c 'import json, sys
 d = json.loads(sys.argv[3])
 print("%s | %s | decode %.1f | prefill %.0f" % (sys.argv[1], sys.argv[2], d["decode_tok_s"], d["prefill_tok_s"]))' \
