@@ -78,22 +78,20 @@ fn launch(
     if n == 0 {
         return;
     }
-    let (k, v, kc, vc, slot_pos, kv_width, capacity) = match &kv {
+    // With no store, either form of the kernel (nothing is stored).
+    let (f, k, v, kc, vc, slot_pos, kv_width, capacity) = match kv {
         Some((k, v, s)) => (
-            *k,
-            *v,
+            s.pick(&be.k.rope_kv_write, &be.k.rope_kv_write_bf16kv),
+            k,
+            v,
             be.ptr(&s.k),
             be.ptr(&s.v),
             be.ptr(&s.slot_pos),
             s.spec.kv_dim,
             s.spec.capacity,
         ),
-        None => (0, 0, 0, 0, 0, 0, 0),
+        None => (&be.k.rope_kv_write, 0, 0, 0, 0, 0, 0, 0),
     };
-    // With no store, either form (nothing is stored).
-    let f = kv.as_ref().map_or(&be.k.rope_kv_write, |(_, _, s)| {
-        s.pick(&be.k.rope_kv_write, &be.k.rope_kv_write_bf16kv)
-    });
     be.launch(
         f,
         grid_for(n),

@@ -97,13 +97,6 @@ fn measure_fixture(
     }
 }
 
-/// The value at quantile `q` of `v` (nearest rank).
-fn quantile(v: &[f32], q: f64) -> f32 {
-    let mut s = v.to_vec();
-    s.sort_by(f32::total_cmp);
-    s[((s.len() - 1) as f64 * q).round() as usize]
-}
-
 #[test]
 fn every_fixture_matches_transformers_on_the_gpu() {
     let Some(mut be) = common::gpu() else { return };
@@ -132,7 +125,7 @@ fn every_fixture_matches_transformers_on_the_gpu() {
             let name = dir.file_name().unwrap().to_string_lossy().into_owned();
             for chunk in [512, 3, 1] {
                 let c = measure_fixture(&be, dir, chunk, kv, against);
-                let (median, p90) = (quantile(&c.rel_errs, 0.5), quantile(&c.rel_errs, 0.9));
+                let (median, p90) = (c.quantile(0.5), c.quantile(0.9));
                 let err = c.worst_rel_err;
                 let agree = 1.0 - c.argmax_mismatches as f64 / c.positions as f64;
                 let greedy = c.greedy == c.greedy_reference;

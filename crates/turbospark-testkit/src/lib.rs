@@ -90,6 +90,15 @@ pub struct Comparison {
     pub greedy_reference: Vec<u32>,
 }
 
+impl Comparison {
+    /// The per-position measure at quantile `q` (nearest rank).
+    pub fn quantile(&self, q: f64) -> f32 {
+        let mut s = self.rel_errs.clone();
+        s.sort_by(f32::total_cmp);
+        s[((s.len() - 1) as f64 * q).round() as usize]
+    }
+}
+
 fn std_dev(x: &[f32]) -> f32 {
     let n = x.len() as f64;
     let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
