@@ -228,14 +228,6 @@ ATT_PARTIAL(attn_partial_bf16kv, u16)
 // BENCHMARKS.md, eleventh session.)
 #define GQA_TILE_VALUES 4096
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem));
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 // The lanes 0, n, 2n, ... of a warp as a ballot mask: a whole tile's live
 // slots, one bit each (n = LPK lanes a key).
 __device__ constexpr u32 every_nth_lane(u32 n) {

@@ -7,10 +7,11 @@
 // Geometry: one block = 4 warps = 64 query rows of one query head (grid
 // ceil(n / 64) × heads); warp w owns rows 16w .. 16w + 15 of the block. The
 // block walks the union of its rows' visible slot ranges in tiles of TILE
-// key slots: all 128 threads load the tile's K and V rows (f32 or bf16,
+// key slots: all 128 threads stage the tile's K and V rows (f32 or bf16,
 // from the store: kv_store.cuh; the bf16 store's kernels are named
-// `..._bf16kv`) into shared memory as bf16, then each warp computes, for its 16
-// rows, S = Q·Kᵀ (16 × TILE) with mma.sync m16n8k16, scales / softcaps /
+// `..._bf16kv`) into shared memory as bf16 (see "Shared memory" below for
+// how each form does it), then each warp computes (`fa_tile`, the same code
+// for both forms), for its 16 rows, S = Q·Kᵀ (16 × TILE) with mma.sync m16n8k16, scales / softcaps /
 // masks it, updates its online softmax and accumulates O += P·V (16 × HD)
 // with mma.sync again. A warp skips the compute of a tile that lies
 // outside all of its rows' slot ranges (the causal upper triangle).
@@ -69,10 +70,23 @@
 // L = l·exp(m − M) + exp(sink − M), out = O·exp(m − M) · (1/L); without,
 // out = O · (1/l).
 //
-// Shared memory (static, ≤ 48 KB): ks [TILE][HD + 8] and vt [HD][TILE + 8]
-// bf16; the padding of 8 bf16 (4 words) makes the fragment reads
-// conflict-free (row stride ≡ 4 words mod 32 across the 8 groups, t adds
-// 0..3). HD 64, 128: TILE 64 (18 KB, 35 KB); HD 256: TILE 32 (37 KB).
+// Shared memory, by the store's dtype:
+// - f32 store (`flash_attn_hdN`): one stage, static (≤ 48 KB): ks
+//   [TILE][HD + 8] and vt [HD][TILE + 8] bf16, V transposed as it is
+//   converted, so that a V fragment is two 32-bit reads. Every thread
+//   loads its share of the tile, rounds it and stores it.
+// - bf16 store (`..._bf16kv`): two stages in dynamic shared memory, each
+//   ks and vs [TILE][HD + 8] bf16, filled by cp.async straight from the
+//   store (its bits are the operands: nothing to convert), the next tile's
+//   copies in flight while this one is computed; V fragments come
+//   transposed out of the row-major tile by ldmatrix.trans. (Staging a
+//   bf16 store through registers like the f32 one, with half the bytes,
+//   measured 42% slower on the H200 than the f32 store: the loads, not the
+//   bytes, set a tile's time.) HD 64: 36 KB, HD 128: 68 KB, HD 256: 66 KB.
+// In both, the padding of 8 bf16 (4 words) a row makes the fragment reads
+// conflict-free (row stride ≡ 4 words mod 32 across the 8 groups or the 8
+// rows of an ldmatrix phase, t adds 0..3). HD 64, 128: TILE 64; HD 256:
+// TILE 32.
 
 #define FA_WARPS 4
 #define FA_ROWS (16 * FA_WARPS)
@@ -103,35 +117,29 @@ __device__ __forceinline__ float fa_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// out, q [n, num_heads·HD]; kc, vc [capacity, kv_dim]; slot_pos [capacity];
-// positions [n]; query head h reads KV head h / group at columns
-// (h / group)·HD ..; window 0 = full span; softcap 0 = none; sinks null =
-// none (else one logit per query head, dtype sinks_dt).
-template <typename S, int HD, int TILE>
-__device__ __forceinline__ void flash_attn(float* out, const float* q, const S* kc,
-                                           const S* vc, const i64* slot_pos,
-                                           const u32* positions, const void* sinks, int sinks_dt,
-                                           u32 n, u32 num_heads, u32 group, u32 kv_dim,
-                                           u32 capacity, float scale, float softcap, i64 window) {
-    static_assert(HD % 16 == 0 && TILE % 16 == 0, "mma tiles");
-    constexpr int KS = HD + 8;    // bf16 per row of ks
-    constexpr int VS = TILE + 8;  // bf16 per row of vt
-    __shared__ __align__(16) u16 ks[TILE * KS];  // K tile, [key][dim]
-    __shared__ __align__(16) u16 vt[HD * VS];    // V tile transposed, [dim][key]
-    __shared__ i64 sp[TILE];                     // slot_pos of the tile, −1 past the range
-    __shared__ u32 range[2];                     // the block's slot range [lo, hi)
+// What a block and its warps know before the first tile: the slot ranges,
+// this thread's two rows and their positions, and Q as bf16 A fragments.
+template <int HD>
+struct FaRows {
+    u32 wlo, whi;  // the warp's rows' visible slots, [wlo, whi)
+    u32 blo, bhi;  // the block's: the union over its warps
+    u32 ra, rb;    // rows g and g + 8 of the warp
+    i64 pa, pb;    // their positions, −1 past n (such a row sees nothing)
+    u32 qf[HD / 16][4];
+};
 
+// Slot range of each row: before the ring wraps (pos < capacity),
+// position p sits in slot p, so the visible slots are
+// [max(0, pos + 1 − window), pos + 1); once wrapped, the whole ring.
+// Reduced over the warp's 16 rows (kept to skip tiles) and the block.
+// Q is converted once and kept in registers.
+template <int HD>
+__device__ __forceinline__ void fa_rows(FaRows<HD>& r, u32* range, const float* q,
+                                        const u32* positions, u32 n, u32 num_heads,
+                                        u32 capacity, i64 window) {
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const u32 g = lane >> 2, t = lane & 3u;
-    const u32 head = blockIdx.y;
+    const u32 g = lane >> 2, t = lane & 3u, head = blockIdx.y;
     const u32 wrow = blockIdx.x * FA_ROWS + warp * 16;  // the warp's first row
-    const u64 q_width = (u64)num_heads * HD;
-    const u64 kv_off = (u64)(head / group) * HD;
-
-    // Slot range of each row: before the ring wraps (pos < capacity),
-    // position p sits in slot p, so the visible slots are
-    // [max(0, pos + 1 − window), pos + 1); once wrapped, the whole ring.
-    // Reduced over the warp's 16 rows (kept to skip tiles) and the block.
     u32 wlo = 0xffffffffu, whi = 0;
     if (lane < 16 && wrow + lane < n) {
         const u32 p = positions[wrow + lane];
@@ -157,183 +165,326 @@ __device__ __forceinline__ void flash_attn(float* out, const float* q, const S* 
         atomicMax(&range[1], whi);
     }
     __syncthreads();
-    const u32 blo = range[0], bhi = range[1];  // warp 0 always has a row: blo ≤ bhi
-
-    // This thread's two rows; a row past n sees nothing (position −1) and
-    // stores nothing.
-    const u32 ra = wrow + g, rb = wrow + g + 8;
-    const i64 pa = ra < n ? (i64)positions[ra] : -1;
-    const i64 pb = rb < n ? (i64)positions[rb] : -1;
-
-    // Q as bf16 A fragments, once.
-    u32 qf[HD / 16][4];
-    {
-        const float* qa = q + (u64)ra * q_width + (u64)head * HD;
-        const float* qb = q + (u64)rb * q_width + (u64)head * HD;
+    r.wlo = wlo;
+    r.whi = whi;
+    r.blo = range[0];  // warp 0 always has a row: blo ≤ bhi
+    r.bhi = range[1];
+    r.ra = wrow + g;
+    r.rb = wrow + g + 8;
+    r.pa = r.ra < n ? (i64)positions[r.ra] : -1;
+    r.pb = r.rb < n ? (i64)positions[r.rb] : -1;
+    const u64 q_width = (u64)num_heads * HD;
+    const float* qa = q + (u64)r.ra * q_width + (u64)head * HD;
+    const float* qb = q + (u64)r.rb * q_width + (u64)head * HD;
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            const u32 c = 16 * kk + 2 * t;
-            qf[kk][0] = ra < n ? fa_pack(qa[c], qa[c + 1]) : 0u;
-            qf[kk][1] = rb < n ? fa_pack(qb[c], qb[c + 1]) : 0u;
-            qf[kk][2] = ra < n ? fa_pack(qa[c + 8], qa[c + 9]) : 0u;
-            qf[kk][3] = rb < n ? fa_pack(qb[c + 8], qb[c + 9]) : 0u;
-        }
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const u32 c = 16 * kk + 2 * t;
+        r.qf[kk][0] = r.ra < n ? fa_pack(qa[c], qa[c + 1]) : 0u;
+        r.qf[kk][1] = r.rb < n ? fa_pack(qb[c], qb[c + 1]) : 0u;
+        r.qf[kk][2] = r.ra < n ? fa_pack(qa[c + 8], qa[c + 9]) : 0u;
+        r.qf[kk][3] = r.rb < n ? fa_pack(qb[c + 8], qb[c + 9]) : 0u;
     }
+}
 
+// The running state of a warp's 16 rows: O, and the running max and (this
+// lane's part of the) sum of rows a and b.
+template <int HD>
+struct FaAcc {
     float o[HD / 8][4];
+    float ma, mb, la, lb;
+    __device__ __forceinline__ void init() {
 #pragma unroll
-    for (int dj = 0; dj < HD / 8; dj++) o[dj][0] = o[dj][1] = o[dj][2] = o[dj][3] = 0.0f;
-    // Running max and (this lane's part of the) sum of rows a and b.
-    float ma = NEG_INF, mb = NEG_INF, la = 0.0f, lb = 0.0f;
+        for (int dj = 0; dj < HD / 8; dj++) o[dj][0] = o[dj][1] = o[dj][2] = o[dj][3] = 0.0f;
+        ma = mb = NEG_INF;
+        la = lb = 0.0f;
+    }
+};
 
-    const bool k_pairs = (kv_dim & 1u) == 0;  // pair loads of K are aligned
-    for (u32 t0 = blo; t0 < bhi; t0 += TILE) {
-        __syncthreads();  // every warp is done with the previous tile
-        for (u32 i = tid; i < TILE; i += FA_THREADS) {
-            const u32 s = t0 + i;
-            sp[i] = s < bhi ? slot_pos[s] : -1;
-        }
-        // K rows: thread i converts dims (d, d+1) of key i / (HD/2).
-        for (u32 i = tid; i < TILE * HD / 2; i += FA_THREADS) {
-            const u32 key = i / (HD / 2), d = 2 * (i % (HD / 2)), s = t0 + key;
-            u32 w = 0;
-            if (s < bhi) w = kv_bf16_pair(kc + (u64)s * kv_dim + kv_off + d, k_pairs);
-            *(u32*)&ks[key * KS + d] = w;
-        }
-        // V rows, transposed: thread i converts dim d of keys (key, key+1).
-        for (u32 i = tid; i < TILE / 2 * HD; i += FA_THREADS) {
-            const u32 d = i % HD, key = 2 * (i / HD), s = t0 + key;
-            // Widened and rounded again (exact for a bf16 store), so that
-            // both stores' pairs take one pack instruction.
-            const S* vr = vc + (u64)s * kv_dim + kv_off + d;
-            const float v0 = s < bhi ? kv_get(vr, 0) : 0.0f;
-            const float v1 = s + 1 < bhi ? kv_get(vr, kv_dim) : 0.0f;
-            *(u32*)&vt[d * VS + key] = fa_pack(v0, v1);
-        }
-        __syncthreads();
-        // Uniform over the warp: no row of it sees any slot of this tile.
-        if (t0 >= whi || t0 + TILE <= wlo) continue;
-
-        // S = Q·Kᵀ.
-        float s[TILE / 8][4];
+// One staged tile of TILE keys into the warp's rows: ks is the K tile
+// ([key][HD + 8] bf16), sp its slot positions (−1: nothing), and
+// vfrag(kk, dj, b) gives the B fragments of P·V for keys 16kk.. and dims
+// 8dj.. (b[0], b[1]) and 8dj + 8.. (b[2], b[3]), from wherever the form
+// keeps V. The order of operations is the file's; both forms run this.
+template <int HD, int TILE, class VFrag>
+__device__ __forceinline__ void fa_tile(const FaRows<HD>& r, FaAcc<HD>& a, const u16* ks,
+                                        const i64* sp, float scale, float softcap, i64 window,
+                                        VFrag vfrag) {
+    constexpr int KS = HD + 8;
+    const u32 lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
+    // S = Q·Kᵀ.
+    float s[TILE / 8][4];
 #pragma unroll
-        for (int j = 0; j < TILE / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    for (int j = 0; j < TILE / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-#pragma unroll
-            for (int j = 0; j < TILE / 8; j++) {
-                const u32* kr = (const u32*)&ks[(8 * j + g) * KS + 16 * kk + 2 * t];
-                fa_mma(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kr[0], kr[4]);
-            }
-        }
-
-        // Scale, softcap, mask; the tile's row maxima.
-        float xa = NEG_INF, xb = NEG_INF;
+    for (int kk = 0; kk < HD / 16; kk++) {
 #pragma unroll
         for (int j = 0; j < TILE / 8; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const i64 kp = sp[8 * j + 2 * t + (e & 1)];
-                const i64 qp = e < 2 ? pa : pb;
-                float x = s[j][e] * scale;
-                if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-                const bool seen = kp >= 0 && kp <= qp && (window <= 0 || qp - kp < window);
-                x = seen ? x : NEG_INF;
-                s[j][e] = x;
-                if (e < 2) {
-                    xa = fmaxf(xa, x);
-                } else {
-                    xb = fmaxf(xb, x);
-                }
-            }
-        }
-        xa = fa_quad_max(xa);
-        xb = fa_quad_max(xb);
-        const float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
-        const float ba = na == NEG_INF ? 0.0f : na, bb = nb == NEG_INF ? 0.0f : nb;
-        const float ca = expf(ma - ba), cb = expf(mb - bb);  // 0 before the first key
-        ma = na;
-        mb = nb;
-
-        // P = exp(S − m) as bf16 A fragments; l sums the rounded values.
-        u32 pf[TILE / 8][2];
-        float sa = 0.0f, sb = 0.0f;
-#pragma unroll
-        for (int j = 0; j < TILE / 8; j++) {
-            const u32 p0 = fa_pack(expf(s[j][0] - ba), expf(s[j][1] - ba));
-            const u32 p1 = fa_pack(expf(s[j][2] - bb), expf(s[j][3] - bb));
-            sa += bf16_to_f32((u16)(p0 & 0xffffu)) + bf16_to_f32((u16)(p0 >> 16));
-            sb += bf16_to_f32((u16)(p1 & 0xffffu)) + bf16_to_f32((u16)(p1 >> 16));
-            pf[j][0] = p0;
-            pf[j][1] = p1;
-        }
-        la = la * ca + sa;
-        lb = lb * cb + sb;
-#pragma unroll
-        for (int dj = 0; dj < HD / 8; dj++) {
-            o[dj][0] *= ca;
-            o[dj][1] *= ca;
-            o[dj][2] *= cb;
-            o[dj][3] *= cb;
-        }
-
-        // O += P·V.
-#pragma unroll
-        for (int kk = 0; kk < TILE / 16; kk++) {
-#pragma unroll
-            for (int dj = 0; dj < HD / 8; dj++) {
-                const u32* vr = (const u32*)&vt[(8 * dj + g) * VS + 16 * kk + 2 * t];
-                fa_mma(o[dj], pf[2 * kk][0], pf[2 * kk][1], pf[2 * kk + 1][0], pf[2 * kk + 1][1],
-                       vr[0], vr[4]);
-            }
+            const u32* kr = (const u32*)&ks[(8 * j + g) * KS + 16 * kk + 2 * t];
+            fa_mma(s[j], r.qf[kk][0], r.qf[kk][1], r.qf[kk][2], r.qf[kk][3], kr[0], kr[4]);
         }
     }
 
-    // Normalise as attn_combine does.
-    la = fa_quad_sum(la);
-    lb = fa_quad_sum(lb);
+    // Scale, softcap, mask; the tile's row maxima.
+    float xa = NEG_INF, xb = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < TILE / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const i64 kp = sp[8 * j + 2 * t + (e & 1)];
+            const i64 qp = e < 2 ? r.pa : r.pb;
+            float x = s[j][e] * scale;
+            if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+            const bool seen = kp >= 0 && kp <= qp && (window <= 0 || qp - kp < window);
+            x = seen ? x : NEG_INF;
+            s[j][e] = x;
+            if (e < 2) {
+                xa = fmaxf(xa, x);
+            } else {
+                xb = fmaxf(xb, x);
+            }
+        }
+    }
+    xa = fa_quad_max(xa);
+    xb = fa_quad_max(xb);
+    const float na = fmaxf(a.ma, xa), nb = fmaxf(a.mb, xb);
+    const float ba = na == NEG_INF ? 0.0f : na, bb = nb == NEG_INF ? 0.0f : nb;
+    const float ca = expf(a.ma - ba), cb = expf(a.mb - bb);  // 0 before the first key
+    a.ma = na;
+    a.mb = nb;
+
+    // P = exp(S − m) as bf16 A fragments; l sums the rounded values.
+    u32 pf[TILE / 8][2];
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int j = 0; j < TILE / 8; j++) {
+        const u32 p0 = fa_pack(expf(s[j][0] - ba), expf(s[j][1] - ba));
+        const u32 p1 = fa_pack(expf(s[j][2] - bb), expf(s[j][3] - bb));
+        sa += bf16_to_f32((u16)(p0 & 0xffffu)) + bf16_to_f32((u16)(p0 >> 16));
+        sb += bf16_to_f32((u16)(p1 & 0xffffu)) + bf16_to_f32((u16)(p1 >> 16));
+        pf[j][0] = p0;
+        pf[j][1] = p1;
+    }
+    a.la = a.la * ca + sa;
+    a.lb = a.lb * cb + sb;
+#pragma unroll
+    for (int dj = 0; dj < HD / 8; dj++) {
+        a.o[dj][0] *= ca;
+        a.o[dj][1] *= ca;
+        a.o[dj][2] *= cb;
+        a.o[dj][3] *= cb;
+    }
+
+    // O += P·V, two n-tiles of dims a fragment read.
+#pragma unroll
+    for (int kk = 0; kk < TILE / 16; kk++) {
+#pragma unroll
+        for (int dj = 0; dj < HD / 8; dj += 2) {
+            u32 b[4];
+            vfrag(kk, dj, b);
+            fa_mma(a.o[dj], pf[2 * kk][0], pf[2 * kk][1], pf[2 * kk + 1][0], pf[2 * kk + 1][1],
+                   b[0], b[1]);
+            fa_mma(a.o[dj + 1], pf[2 * kk][0], pf[2 * kk][1], pf[2 * kk + 1][0],
+                   pf[2 * kk + 1][1], b[2], b[3]);
+        }
+    }
+}
+
+// Normalise as attn_combine does, and store rows a and b.
+template <int HD>
+__device__ __forceinline__ void fa_store(float* out, const FaRows<HD>& r, FaAcc<HD>& a,
+                                         const void* sinks, int sinks_dt, u32 n,
+                                         u32 num_heads) {
+    const u32 t = threadIdx.x & 3u, head = blockIdx.y;
+    const float la = fa_quad_sum(a.la), lb = fa_quad_sum(a.lb);
     float fa, fb;
     if (sinks) {
         const float sink = load_w(sinks, sinks_dt, head);
-        const float Ma = fmaxf(ma, sink), Mb = fmaxf(mb, sink);
-        const float wa = expf(ma - Ma), wb = expf(mb - Mb);  // 0 when no key was seen
+        const float Ma = fmaxf(a.ma, sink), Mb = fmaxf(a.mb, sink);
+        const float wa = expf(a.ma - Ma), wb = expf(a.mb - Mb);  // 0 when no key was seen
         fa = wa * (1.0f / (la * wa + expf(sink - Ma)));
         fb = wb * (1.0f / (lb * wb + expf(sink - Mb)));
     } else {
         fa = 1.0f / la;  // no key seen: 0 · inf = NaN, as attn_combine and the CPU
         fb = 1.0f / lb;
     }
-    if (ra < n) {
-        float* oa = out + (u64)ra * q_width + (u64)head * HD + 2 * t;
+    const u64 q_width = (u64)num_heads * HD;
+    if (r.ra < n) {
+        float* oa = out + (u64)r.ra * q_width + (u64)head * HD + 2 * t;
 #pragma unroll
         for (int dj = 0; dj < HD / 8; dj++) {
-            oa[8 * dj] = o[dj][0] * fa;
-            oa[8 * dj + 1] = o[dj][1] * fa;
+            oa[8 * dj] = a.o[dj][0] * fa;
+            oa[8 * dj + 1] = a.o[dj][1] * fa;
         }
     }
-    if (rb < n) {
-        float* ob = out + (u64)rb * q_width + (u64)head * HD + 2 * t;
+    if (r.rb < n) {
+        float* ob = out + (u64)r.rb * q_width + (u64)head * HD + 2 * t;
 #pragma unroll
         for (int dj = 0; dj < HD / 8; dj++) {
-            ob[8 * dj] = o[dj][2] * fb;
-            ob[8 * dj + 1] = o[dj][3] * fb;
+            ob[8 * dj] = a.o[dj][2] * fb;
+            ob[8 * dj + 1] = a.o[dj][3] * fb;
         }
     }
 }
 
-#define FLASH_ATTN_FORM(name, S, HD, TILE)                                                       \
-    extern "C" __global__ void __launch_bounds__(FA_THREADS)                                     \
-        name(float* out, const float* q, const S* kc, const S* vc, const i64* slot_pos,         \
-             const u32* positions, const void* sinks, int sinks_dt, u32 n, u32 num_heads,        \
-             u32 group, u32 kv_dim, u32 capacity, float scale, float softcap, i64 window) {      \
+// out, q [n, num_heads·HD]; kc, vc [capacity, kv_dim]; slot_pos [capacity];
+// positions [n]; query head h reads KV head h / group at columns
+// (h / group)·HD ..; window 0 = full span; softcap 0 = none; sinks null =
+// none (else one logit per query head, dtype sinks_dt).
+#define FA_PARAMS_OF(S)                                                                        \
+    float *out, const float *q, const S *kc, const S *vc, const i64 *slot_pos,                 \
+        const u32 *positions, const void *sinks, int sinks_dt, u32 n, u32 num_heads, u32 group, \
+        u32 kv_dim, u32 capacity, float scale, float softcap, i64 window
+
+// Over an f32 store: one stage, converted through registers.
+template <int HD, int TILE>
+__device__ __forceinline__ void flash_attn_f32(FA_PARAMS_OF(float)) {
+    static_assert(HD % 16 == 0 && TILE % 16 == 0, "mma tiles");
+    constexpr int KS = HD + 8;    // bf16 per row of ks
+    constexpr int VS = TILE + 8;  // bf16 per row of vt
+    __shared__ __align__(16) u16 ks[TILE * KS];  // K tile, [key][dim]
+    __shared__ __align__(16) u16 vt[HD * VS];    // V tile transposed, [dim][key]
+    __shared__ i64 sp[TILE];                     // slot_pos of the tile, −1 past the range
+    __shared__ u32 range[2];                     // the block's slot range [lo, hi)
+    const u32 tid = threadIdx.x, lane = tid & 31u, g = lane >> 2, t = lane & 3u;
+    const u64 kv_off = (u64)(blockIdx.y / group) * HD;
+    FaRows<HD> r;
+    fa_rows<HD>(r, range, q, positions, n, num_heads, capacity, window);
+    FaAcc<HD> a;
+    a.init();
+    const bool k_pairs = (kv_dim & 1u) == 0;  // pair loads of K are aligned
+    for (u32 t0 = r.blo; t0 < r.bhi; t0 += TILE) {
+        __syncthreads();  // every warp is done with the previous tile
+        for (u32 i = tid; i < TILE; i += FA_THREADS) {
+            const u32 s = t0 + i;
+            sp[i] = s < r.bhi ? slot_pos[s] : -1;
+        }
+        // K rows: thread i converts dims (d, d+1) of key i / (HD/2).
+        for (u32 i = tid; i < TILE * HD / 2; i += FA_THREADS) {
+            const u32 key = i / (HD / 2), d = 2 * (i % (HD / 2)), s = t0 + key;
+            u32 w = 0;
+            if (s < r.bhi) w = kv_bf16_pair(kc + (u64)s * kv_dim + kv_off + d, k_pairs);
+            *(u32*)&ks[key * KS + d] = w;
+        }
+        // V rows, transposed: thread i converts dim d of keys (key, key+1).
+        for (u32 i = tid; i < TILE / 2 * HD; i += FA_THREADS) {
+            const u32 d = i % HD, key = 2 * (i / HD), s = t0 + key;
+            const float* vr = vc + (u64)s * kv_dim + kv_off + d;
+            const float v0 = s < r.bhi ? vr[0] : 0.0f;
+            const float v1 = s + 1 < r.bhi ? vr[kv_dim] : 0.0f;
+            *(u32*)&vt[d * VS + key] = fa_pack(v0, v1);
+        }
+        __syncthreads();
+        // Uniform over the warp: no row of it sees any slot of this tile.
+        if (t0 >= r.whi || t0 + TILE <= r.wlo) continue;
+        fa_tile<HD, TILE>(r, a, ks, sp, scale, softcap, window, [&](int kk, int dj, u32* b) {
+            const u32* v0 = (const u32*)&vt[(8 * dj + g) * VS + 16 * kk + 2 * t];
+            const u32* v1 = (const u32*)&vt[(8 * dj + 8 + g) * VS + 16 * kk + 2 * t];
+            b[0] = v0[0];
+            b[1] = v0[4];
+            b[2] = v1[0];
+            b[3] = v1[4];
+        });
+    }
+    fa_store<HD>(out, r, a, sinks, sinks_dt, n, num_heads);
+}
+
+// Four 8 × 8 bf16 matrices out of shared memory, transposed: lanes 8m ..
+// 8m + 7 give the row addresses of matrix m (16-byte aligned), and lane l
+// gets, of matrix m, rows 2(l % 4), 2(l % 4) + 1 of column l / 4 in
+// register m (the lower row in the lower half): a B fragment of
+// mma.m16n8k16 from a row-major [k][n] tile.
+__device__ __forceinline__ void fa_ldsm_x4_trans(const u16* p, u32* b) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                 : "r"(smem_u32(p)));
+}
+
+// Bytes of dynamic shared memory the bf16 store's form takes: two stages
+// of K and V tiles (src/flash_attention.rs computes the same).
+#define FA_ASYNC_SHARED(HD, TILE) (2 * 2 * (TILE) * ((HD) + 8) * 2)
+
+// Over a bf16 store: two stages copied by cp.async (16-byte chunks: kv_dim
+// and the head's offset are whole chunks, as HD is a multiple of 8 and
+// kv_dim a multiple of HD), the next tile's in flight while this one is
+// computed.
+template <int HD, int TILE>
+__device__ __forceinline__ void flash_attn_bf16(FA_PARAMS_OF(u16)) {
+    static_assert(HD % 16 == 0 && TILE % 16 == 0, "mma tiles");
+    constexpr int KS = HD + 8;                  // bf16 per row of a K or V tile
+    constexpr u32 STAGE = 2 * TILE * KS;         // bf16 per stage: K, then V
+    constexpr u32 CHUNKS = TILE * (HD / 8);      // 16-byte chunks of one tile
+    extern __shared__ uint4 fa_dynamic[];
+    u16* const stages = (u16*)fa_dynamic;
+    __shared__ i64 sp[2][TILE];
+    __shared__ u32 range[2];
+    const u32 tid = threadIdx.x, lane = tid & 31u;
+    const u64 kv_off = (u64)(blockIdx.y / group) * HD;
+    FaRows<HD> r;
+    fa_rows<HD>(r, range, q, positions, n, num_heads, capacity, window);
+    FaAcc<HD> a;
+    a.init();
+    // Tile t0's slots into stage b; slots past the range read as nothing
+    // (position −1, K and V zero, as the f32 form stages them).
+    auto issue = [&](u32 t0, u32 b) {
+        u16* ks = stages + b * STAGE;
+        u16* vs = ks + TILE * KS;
+        for (u32 i = tid; i < TILE; i += FA_THREADS) {
+            const u32 s = t0 + i;
+            if (s < r.bhi) {
+                cp_async8(&sp[b][i], slot_pos + s);
+            } else {
+                sp[b][i] = -1;
+            }
+        }
+#pragma unroll 1
+        for (u32 i = tid; i < CHUNKS; i += FA_THREADS) {
+            const u32 key = i / (HD / 8), c = 8 * (i % (HD / 8)), s = t0 + key;
+            const bool live = s < r.bhi;
+            const u64 at = live ? (u64)s * kv_dim + kv_off + c : 0;
+            cp_async16_or_zero(&ks[key * KS + c], kc + at, live);
+            cp_async16_or_zero(&vs[key * KS + c], vc + at, live);
+        }
+        cp_async_commit();
+    };
+    // ldmatrix row addresses: lane l gives row l % 8 of matrix l / 8, whose
+    // keys are 16kk + 8·(m % 2) .. and dims 8dj + 8·(m / 2) ..: the B
+    // fragments of dims 8dj .. and 8dj + 8 .. in one instruction.
+    const u32 m = lane >> 3, row = (lane & 7u) + 8 * (m & 1u), col = 8 * (m >> 1);
+    const u32 tiles = (r.bhi - r.blo + TILE - 1) / TILE;
+    if (tiles > 0) issue(r.blo, 0);
+    for (u32 it = 0; it < tiles; it++) {
+        const u32 t0 = r.blo + it * TILE, b = it & 1u;
+        if (it + 1 < tiles) {
+            issue(t0 + TILE, b ^ 1u);  // its stage was computed last turn
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // stage b complete, every thread's copies
+        // Uniform over the warp: no row of it sees any slot of this tile.
+        if (!(t0 >= r.whi || t0 + TILE <= r.wlo)) {
+            const u16* ks = stages + b * STAGE;
+            const u16* vs = ks + TILE * KS;
+            fa_tile<HD, TILE>(r, a, ks, sp[b], scale, softcap, window,
+                              [&](int kk, int dj, u32* f) {
+                                  fa_ldsm_x4_trans(&vs[(16 * kk + row) * KS + 8 * dj + col], f);
+                              });
+        }
+        __syncthreads();  // every warp is done with stage b before it is refilled
+    }
+    fa_store<HD>(out, r, a, sinks, sinks_dt, n, num_heads);
+}
+
+#define FLASH_ATTN_FORM(name, form, S_, HD, TILE)                                              \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) name(FA_PARAMS_OF(S_)) {           \
         pdl_enter();                                                                             \
-        flash_attn<S, HD, TILE>(out, q, kc, vc, slot_pos, positions, sinks, sinks_dt, n,         \
-                                num_heads, group, kv_dim, capacity, scale, softcap, window);     \
+        form<HD, TILE>(out, q, kc, vc, slot_pos, positions, sinks, sinks_dt, n, num_heads,       \
+                       group, kv_dim, capacity, scale, softcap, window);                         \
     }
 // Each over an f32 store and a bf16 one.
 #define FLASH_ATTN(name, HD, TILE)                                                               \
-    FLASH_ATTN_FORM(name, float, HD, TILE)                                                       \
-    FLASH_ATTN_FORM(name##_bf16kv, u16, HD, TILE)
+    FLASH_ATTN_FORM(name, flash_attn_f32, float, HD, TILE)                                       \
+    FLASH_ATTN_FORM(name##_bf16kv, flash_attn_bf16, u16, HD, TILE)
 
 FLASH_ATTN(flash_attn_hd64, 64, 64)
 FLASH_ATTN(flash_attn_hd128, 128, 64)

@@ -108,3 +108,35 @@ __device__ __forceinline__ u32 kv_bf16_pair(const u16* p, bool aligned) {
     if (aligned) return *(const u32*)p;
     return (u32)p[0] | ((u32)p[1] << 16);
 }
+
+// Copies of the store's rows into shared memory that bypass the registers
+// (cp.async, sm_80+; 16-byte chunks through L2 only): the readers stage
+// tiles with them. A group of copies is committed, then waited for; a
+// thread sees its own copies after the wait, the block's after a barrier.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem));
+}
+
+// 16 bytes from gmem, or 16 zero bytes (nothing is read) when !copy.
+__device__ __forceinline__ void cp_async16_or_zero(void* smem, const void* gmem, bool copy) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(smem)),
+                 "l"(gmem), "r"(copy ? 16u : 0u));
+}
+
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(smem)), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Until at most N of this thread's committed groups are in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}

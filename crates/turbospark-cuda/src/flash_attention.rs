@@ -17,7 +17,7 @@
 //! the row count and head count, so a recorded graph stays valid for any
 //! later positions), and must not own the KV store.
 
-use turbospark_backend::AttnParams;
+use turbospark_backend::{AttnParams, KvDtype};
 
 use crate::attention::{AttnArgs, CudaKv, attn_args};
 use crate::kernels::Arg;
@@ -29,6 +29,19 @@ use crate::{Cuda, CudaBatch, CudaTensor};
 const ROWS_PER_BLOCK: usize = 64;
 /// Threads per block; must match `FA_THREADS`.
 const THREADS: u32 = 128;
+
+/// Key slots a tile of the kernel for `head_dim` holds (the `TILE` of its
+/// `FLASH_ATTN` line).
+fn tile(head_dim: usize) -> usize {
+    if head_dim > 128 { 32 } else { 64 }
+}
+
+/// Dynamic shared memory of the bf16 store's kernel for `head_dim`
+/// (`FA_ASYNC_SHARED`): two stages of a K and a V tile, rows of
+/// `head_dim + 8` bf16. The f32 store's kernels take none.
+pub(crate) fn bf16_store_shared(head_dim: usize) -> u32 {
+    (2 * 2 * tile(head_dim) * (head_dim + 8) * 2) as u32
+}
 
 /// Whether the flash kernel handles `head_dim` (a kernel is instantiated
 /// for each of these).
@@ -68,10 +81,15 @@ pub fn flash_attention(
         128 => kv.pick(&k.flash_attn_hd128, &k.flash_attn_hd128_bf16kv),
         _ => kv.pick(&k.flash_attn_hd256, &k.flash_attn_hd256_bf16kv),
     };
-    be.launch(
+    let shared = match kv.spec.dtype {
+        KvDtype::F32 => 0,
+        KvDtype::Bf16 => bf16_store_shared(hd),
+    };
+    be.launch_shared(
         f,
         (n.div_ceil(ROWS_PER_BLOCK) as u32, heads as u32, 1),
         THREADS,
+        shared,
         &[
             Arg::Ptr(be.ptr(&out.data)),
             Arg::Ptr(be.ptr(&q.data)),

@@ -221,6 +221,18 @@ impl Cuda {
             sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             optin_dynamic as i32,
         )?;
+        // Flash attention over a bf16 store: two stages of K and V tiles
+        // (up to 68 KB).
+        for (f, hd) in [
+            (&k.flash_attn_hd64_bf16kv, 64),
+            (&k.flash_attn_hd128_bf16kv, 128),
+            (&k.flash_attn_hd256_bf16kv, 256),
+        ] {
+            f.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                flash_attention::bf16_store_shared(hd).min(optin_dynamic) as i32,
+            )?;
+        }
         // One stream and no cross-stream hazards: cudarc's per-buffer event
         // tracking would only add two events to every allocation.
         // SAFETY: every buffer is used on `stream` only.

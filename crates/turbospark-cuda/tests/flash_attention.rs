@@ -7,7 +7,10 @@
 //! Both stores are filled through `Backend::kv_write` with the same rows,
 //! and so is a third, a GPU store of bf16: the kernel over it must give
 //! the f32 store's output bit for bit (it rounds f32 K and V to bf16 as it
-//! stages them, as the bf16 store did when they were written).
+//! stages them, as the bf16 store did when they were written; the bf16
+//! form copies its tiles by cp.async and reads V's fragments transposed by
+//! ldmatrix, so this also checks that those land the same values in the
+//! same fragments).
 //!
 //! Tolerance, per call: max |Δ| ≤ 2e-2 · rms(reference), no NaN where the
 //! reference has none. The kernel multiplies bf16 operands (q, k, the
