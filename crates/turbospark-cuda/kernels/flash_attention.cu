@@ -60,15 +60,19 @@
 // a row's values are spread over the 4 lanes of a quad (same g), which
 // reduce with __shfl_xor_sync over lane bits 0 and 1.
 //
-// Order of operations per tile, for each row: s = scale · (q·k) (f32
-// accumulator); if softcap > 0, s = softcap · tanh(s / softcap); s = −inf
-// where the key is not visible; m' = max(m, max_j s_j); c = exp(m − m');
-// p_j = bf16(exp(s_j − m')); l = l·c + Σ_j p_j; O = O·c + P·V; m = m'.
-// (While m' is still −inf, exponents are taken against 0 so that
-// exp(−inf − (−inf)) never occurs: c = 0 and every p_j = 0.)
-// At the end, as attn_combine: with a sink, M = max(m, sink),
-// L = l·exp(m − M) + exp(sink − M), out = O·exp(m − M) · (1/L); without,
-// out = O · (1/l).
+// Order of operations per tile, for each row, in base 2 (exp(x) =
+// 2^(x·log2 e): one ex2 a probability): s = scale · (q·k) (f32
+// accumulator); if softcap > 0, s = softcap · tanh(s / softcap); s = s ·
+// log2 e (without softcap folded into the scale: s = (scale · log2 e) ·
+// (q·k)); s = −inf where the key is not visible; m' = max(m, max_j s_j);
+// c = 2^(m − m'); p_j = bf16(2^(s_j − m')); l = l·c + Σ_j p_j; O = O·c +
+// P·V; m = m'. (While m' is still −inf, exponents are taken against 0 so
+// that 2^(−inf − (−inf)) never occurs: c = 0 and every p_j = 0.) A tile
+// whose every slot every row of the warp sees skips the mask: its slots
+// hold positions t0, t0 + 1, ... (checked as it is staged, at the barrier
+// that publishes it) and lie in every row's span (the rows not wrapped). At the end, as attn_combine, with the sink in base 2 too
+// (σ = sink · log2 e): M = max(m, σ), L = l·2^(m − M) + 2^(σ − M), out =
+// O·2^(m − M) · (1/L); without, out = O · (1/l).
 //
 // Shared memory, by the store's dtype:
 // - f32 store (`flash_attn_hdN`): one stage, static (≤ 48 KB): ks
@@ -123,6 +127,7 @@ template <int HD>
 struct FaRows {
     u32 wlo, whi;  // the warp's rows' visible slots, [wlo, whi)
     u32 blo, bhi;  // the block's: the union over its warps
+    u32 alo, ahi;  // slots every row of the warp sees if slot = position (empty once wrapped)
     u32 ra, rb;    // rows g and g + 8 of the warp
     i64 pa, pb;    // their positions, −1 past n (such a row sees nothing)
     u32 qf[HD / 16][4];
@@ -140,20 +145,25 @@ __device__ __forceinline__ void fa_rows(FaRows<HD>& r, u32* range, const float* 
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u, head = blockIdx.y;
     const u32 wrow = blockIdx.x * FA_ROWS + warp * 16;  // the warp's first row
-    u32 wlo = 0xffffffffu, whi = 0;
+    u32 wlo = 0xffffffffu, whi = 0, alo = 0, ahi = 0xffffffffu;
     if (lane < 16 && wrow + lane < n) {
         const u32 p = positions[wrow + lane];
         if (p < capacity) {
             whi = p + 1;
             wlo = (window > 0 && (i64)p + 1 > window) ? (u32)((i64)p + 1 - window) : 0u;
+            alo = wlo;
+            ahi = whi;
         } else {
             wlo = 0;
             whi = capacity;
+            ahi = 0;  // wrapped: a slot's position is not its index
         }
     }
     for (int o = 16; o > 0; o >>= 1) {
         wlo = min(wlo, __shfl_xor_sync(0xffffffffu, wlo, o));
         whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, o));
+        alo = max(alo, __shfl_xor_sync(0xffffffffu, alo, o));
+        ahi = min(ahi, __shfl_xor_sync(0xffffffffu, ahi, o));
     }
     if (tid == 0) {
         range[0] = 0xffffffffu;
@@ -167,6 +177,8 @@ __device__ __forceinline__ void fa_rows(FaRows<HD>& r, u32* range, const float* 
     __syncthreads();
     r.wlo = wlo;
     r.whi = whi;
+    r.alo = alo;
+    r.ahi = ahi;
     r.blo = range[0];  // warp 0 always has a row: blo ≤ bhi
     r.bhi = range[1];
     r.ra = wrow + g;
@@ -200,15 +212,48 @@ struct FaAcc {
     }
 };
 
+// The tile's scores s (q·k, this thread's rows a and b) in base 2, scaled
+// and softcapped, −inf where MASK and the key is not visible; xa, xb their
+// maxima over this thread's keys.
+template <bool MASK, int TILE, class Rows>
+__device__ __forceinline__ void fa_scores(float (&s)[TILE / 8][4], const i64* sp, const Rows& r,
+                                          float scale, float softcap, i64 window, float& xa,
+                                          float& xb) {
+    const u32 t = threadIdx.x & 3u;
+    const float log2e = 1.4426950408889634f;
+    const float direct = softcap > 0.0f ? scale : scale * log2e;
+#pragma unroll
+    for (int j = 0; j < TILE / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = s[j][e] * direct;
+            if (softcap > 0.0f) x = softcap * tanhf(x / softcap) * log2e;
+            if (MASK) {
+                const i64 kp = sp[8 * j + 2 * t + (e & 1)];
+                const i64 qp = e < 2 ? r.pa : r.pb;
+                const bool seen = kp >= 0 && kp <= qp && (window <= 0 || qp - kp < window);
+                x = seen ? x : NEG_INF;
+            }
+            s[j][e] = x;
+            if (e < 2) {
+                xa = fmaxf(xa, x);
+            } else {
+                xb = fmaxf(xb, x);
+            }
+        }
+    }
+}
+
 // One staged tile of TILE keys into the warp's rows: ks is the K tile
-// ([key][HD + 8] bf16), sp its slot positions (−1: nothing), and
+// ([key][HD + 8] bf16), sp its slot positions (−1: nothing), unmasked
+// whether every row sees every key of it (warp-uniform), and
 // vfrag(kk, dj, b) gives the B fragments of P·V for keys 16kk.. and dims
 // 8dj.. (b[0], b[1]) and 8dj + 8.. (b[2], b[3]), from wherever the form
 // keeps V. The order of operations is the file's; both forms run this.
 template <int HD, int TILE, class VFrag>
-__device__ __forceinline__ void fa_tile(const FaRows<HD>& r, FaAcc<HD>& a, const u16* ks,
-                                        const i64* sp, float scale, float softcap, i64 window,
-                                        VFrag vfrag) {
+__device__ __forceinline__ void fa_tile(const FaRows<HD>& r, FaAcc<HD>& a, bool unmasked,
+                                        const u16* ks, const i64* sp, float scale,
+                                        float softcap, i64 window, VFrag vfrag) {
     constexpr int KS = HD + 8;
     const u32 lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
     // S = Q·Kᵀ.
@@ -224,31 +269,18 @@ __device__ __forceinline__ void fa_tile(const FaRows<HD>& r, FaAcc<HD>& a, const
         }
     }
 
-    // Scale, softcap, mask; the tile's row maxima.
+    // Scale (to base 2), softcap, mask; the tile's row maxima.
     float xa = NEG_INF, xb = NEG_INF;
-#pragma unroll
-    for (int j = 0; j < TILE / 8; j++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const i64 kp = sp[8 * j + 2 * t + (e & 1)];
-            const i64 qp = e < 2 ? r.pa : r.pb;
-            float x = s[j][e] * scale;
-            if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-            const bool seen = kp >= 0 && kp <= qp && (window <= 0 || qp - kp < window);
-            x = seen ? x : NEG_INF;
-            s[j][e] = x;
-            if (e < 2) {
-                xa = fmaxf(xa, x);
-            } else {
-                xb = fmaxf(xb, x);
-            }
-        }
+    if (unmasked) {
+        fa_scores<false, TILE>(s, sp, r, scale, softcap, window, xa, xb);
+    } else {
+        fa_scores<true, TILE>(s, sp, r, scale, softcap, window, xa, xb);
     }
     xa = fa_quad_max(xa);
     xb = fa_quad_max(xb);
     const float na = fmaxf(a.ma, xa), nb = fmaxf(a.mb, xb);
     const float ba = na == NEG_INF ? 0.0f : na, bb = nb == NEG_INF ? 0.0f : nb;
-    const float ca = expf(a.ma - ba), cb = expf(a.mb - bb);  // 0 before the first key
+    const float ca = exp2f(a.ma - ba), cb = exp2f(a.mb - bb);  // 0 before the first key
     a.ma = na;
     a.mb = nb;
 
@@ -257,8 +289,8 @@ __device__ __forceinline__ void fa_tile(const FaRows<HD>& r, FaAcc<HD>& a, const
     float sa = 0.0f, sb = 0.0f;
 #pragma unroll
     for (int j = 0; j < TILE / 8; j++) {
-        const u32 p0 = fa_pack(expf(s[j][0] - ba), expf(s[j][1] - ba));
-        const u32 p1 = fa_pack(expf(s[j][2] - bb), expf(s[j][3] - bb));
+        const u32 p0 = fa_pack(exp2f(s[j][0] - ba), exp2f(s[j][1] - ba));
+        const u32 p1 = fa_pack(exp2f(s[j][2] - bb), exp2f(s[j][3] - bb));
         sa += bf16_to_f32((u16)(p0 & 0xffffu)) + bf16_to_f32((u16)(p0 >> 16));
         sb += bf16_to_f32((u16)(p1 & 0xffffu)) + bf16_to_f32((u16)(p1 >> 16));
         pf[j][0] = p0;
@@ -298,11 +330,11 @@ __device__ __forceinline__ void fa_store(float* out, const FaRows<HD>& r, FaAcc<
     const float la = fa_quad_sum(a.la), lb = fa_quad_sum(a.lb);
     float fa, fb;
     if (sinks) {
-        const float sink = load_w(sinks, sinks_dt, head);
+        const float sink = load_w(sinks, sinks_dt, head) * 1.4426950408889634f;  // base 2
         const float Ma = fmaxf(a.ma, sink), Mb = fmaxf(a.mb, sink);
-        const float wa = expf(a.ma - Ma), wb = expf(a.mb - Mb);  // 0 when no key was seen
-        fa = wa * (1.0f / (la * wa + expf(sink - Ma)));
-        fb = wb * (1.0f / (lb * wb + expf(sink - Mb)));
+        const float wa = exp2f(a.ma - Ma), wb = exp2f(a.mb - Mb);  // 0 when no key was seen
+        fa = wa * (1.0f / (la * wa + exp2f(sink - Ma)));
+        fb = wb * (1.0f / (lb * wb + exp2f(sink - Mb)));
     } else {
         fa = 1.0f / la;  // no key seen: 0 · inf = NaN, as attn_combine and the CPU
         fb = 1.0f / lb;
@@ -373,10 +405,12 @@ __device__ __forceinline__ void flash_attn_f32(FA_PARAMS_OF(float)) {
             const float v1 = s + 1 < r.bhi ? vr[kv_dim] : 0.0f;
             *(u32*)&vt[d * VS + key] = fa_pack(v0, v1);
         }
-        __syncthreads();
+        // The tile published; whether its slots hold positions t0, t0 + 1, ...
+        const bool exact = __syncthreads_and(tid >= TILE || sp[tid] == (i64)(t0 + tid));
         // Uniform over the warp: no row of it sees any slot of this tile.
         if (t0 >= r.whi || t0 + TILE <= r.wlo) continue;
-        fa_tile<HD, TILE>(r, a, ks, sp, scale, softcap, window, [&](int kk, int dj, u32* b) {
+        const bool unmasked = exact && t0 >= r.alo && t0 + TILE <= r.ahi;
+        fa_tile<HD, TILE>(r, a, unmasked, ks, sp, scale, softcap, window, [&](int kk, int dj, u32* b) {
             const u32* v0 = (const u32*)&vt[(8 * dj + g) * VS + 16 * kk + 2 * t];
             const u32* v1 = (const u32*)&vt[(8 * dj + 8 + g) * VS + 16 * kk + 2 * t];
             b[0] = v0[0];
@@ -460,12 +494,15 @@ __device__ __forceinline__ void flash_attn_bf16(FA_PARAMS_OF(u16)) {
         } else {
             cp_async_wait<0>();
         }
-        __syncthreads();  // stage b complete, every thread's copies
+        // Stage b complete, every thread's copies (a thread sees its own
+        // after the wait); whether its slots hold positions t0, t0 + 1, ...
+        const bool exact = __syncthreads_and(tid >= TILE || sp[b][tid] == (i64)(t0 + tid));
         // Uniform over the warp: no row of it sees any slot of this tile.
         if (!(t0 >= r.whi || t0 + TILE <= r.wlo)) {
             const u16* ks = stages + b * STAGE;
             const u16* vs = ks + TILE * KS;
-            fa_tile<HD, TILE>(r, a, ks, sp[b], scale, softcap, window,
+            const bool unmasked = exact && t0 >= r.alo && t0 + TILE <= r.ahi;
+            fa_tile<HD, TILE>(r, a, unmasked, ks, sp[b], scale, softcap, window,
                               [&](int kk, int dj, u32* f) {
                                   fa_ldsm_x4_trans(&vs[(16 * kk + row) * KS + 8 * dj + col], f);
                               });

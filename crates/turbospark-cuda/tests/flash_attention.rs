@@ -178,6 +178,12 @@ fn flash_attention_full_span_gqa_and_mha() {
             // 300 cached rows, then 1, 17, 64 and 200 query rows (a
             // capacity that is not a multiple of the 64-slot tile).
             flash_run(&g, &mut rng, p, 600, 300, &[1, 17, 64, 200], None);
+            // A chunk that wraps the ring part way (positions 480..=543 in
+            // 500 slots): its later rows overwrite slots 0..=43, which
+            // its earlier, unwrapped rows must not see. Tiles whose slots
+            // all hold their own index skip the mask, so this checks that
+            // the kernel verifies it instead of assuming it.
+            flash_run(&g, &mut rng, p, 500, 480, &[64], None);
         }
     }
 }
