@@ -213,7 +213,7 @@ fn gemm_rows_beta(
                 Arg::Ptr(be.ptr(scales) + g0),
                 Arg::U64(groups),
             ];
-            be.launch(&be.k.mxfp4_to_bf16, grid_for(groups), BLOCK, &args);
+            be.launch(&be.k.mxfp4_to_bf16, grid_for(groups * 4), BLOCK, &args);
             run_gemm(be, &GemmCall { a: wide, ..call });
         }
         WeightData::Quantized {
@@ -233,7 +233,7 @@ fn gemm_rows_beta(
                 Arg::U64(groups),
                 Arg::I32(kind),
             ];
-            be.launch(&be.k.dequant_bf16, grid_for(groups), BLOCK, &args);
+            be.launch(&be.k.dequant_bf16, grid_for(groups * 4), BLOCK, &args);
             run_gemm(be, &GemmCall { a: wide, ..call });
         }
     }
