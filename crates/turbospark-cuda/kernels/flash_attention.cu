@@ -433,14 +433,11 @@ __device__ __forceinline__ void fa_ldsm_x4_trans(const u16* p, u32* b) {
                  : "r"(smem_u32(p)));
 }
 
-// Bytes of dynamic shared memory the bf16 store's form takes: two stages
-// of K and V tiles (src/flash_attention.rs computes the same).
-#define FA_ASYNC_SHARED(HD, TILE) (2 * 2 * (TILE) * ((HD) + 8) * 2)
-
 // Over a bf16 store: two stages copied by cp.async (16-byte chunks: kv_dim
 // and the head's offset are whole chunks, as HD is a multiple of 8 and
 // kv_dim a multiple of HD), the next tile's in flight while this one is
-// computed.
+// computed. Its dynamic shared memory, 2 · STAGE bf16, is launched by
+// src/flash_attention.rs (`bf16_store_shared`, the same formula).
 template <int HD, int TILE>
 __device__ __forceinline__ void flash_attn_bf16(FA_PARAMS_OF(u16)) {
     static_assert(HD % 16 == 0 && TILE % 16 == 0, "mma tiles");

@@ -7,7 +7,10 @@
 //! operands and f32 accumulation: the documented precision trade of the
 //! prefill path (bf16 rounds q, k, the probabilities and v to 8
 //! significant bits; outputs differ from the f32 split-KV kernels by about
-//! 2.5e-3 of their rms per element). Supported head dims are
+//! 2.5e-3 of their rms per element). Over a bf16 store the kernel copies
+//! its tiles with cp.async into two stages of dynamic shared memory
+//! ([`bf16_store_shared`], opted into when the backend starts); over an f32
+//! store it converts them through registers. Supported head dims are
 //! those of [`flash_supported`]; callers use the split-KV kernels for the
 //! others and for decode.
 //!
@@ -37,8 +40,8 @@ fn tile(head_dim: usize) -> usize {
 }
 
 /// Dynamic shared memory of the bf16 store's kernel for `head_dim`
-/// (`FA_ASYNC_SHARED`): two stages of a K and a V tile, rows of
-/// `head_dim + 8` bf16. The f32 store's kernels take none.
+/// (`flash_attn_bf16`'s two stages of `STAGE` bf16: a K and a V tile of
+/// rows of `head_dim + 8`). The f32 store's kernels take none.
 pub(crate) fn bf16_store_shared(head_dim: usize) -> u32 {
     (2 * 2 * tile(head_dim) * (head_dim + 8) * 2) as u32
 }
@@ -83,7 +86,15 @@ pub fn flash_attention(
     };
     let shared = match kv.spec.dtype {
         KvDtype::F32 => 0,
-        KvDtype::Bf16 => bf16_store_shared(hd),
+        KvDtype::Bf16 => {
+            // The tiles are copied in 16-byte chunks of the rows.
+            assert!(
+                kv.spec.kv_dim.is_multiple_of(8),
+                "flash_attention: bf16 KV rows of {} values are not whole 16-byte chunks",
+                kv.spec.kv_dim
+            );
+            bf16_store_shared(hd)
+        }
     };
     be.launch_shared(
         f,
