@@ -8,7 +8,11 @@ run (a prefill) spends its time.
 """
 
 import csv
+import signal
 import sys
+
+# Piped into `head`: end quietly when the reader has had enough.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 rows = list(csv.reader(sys.stdin))
 start = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
