@@ -84,9 +84,10 @@
 //   store (its bits are the operands: nothing to convert), the next tile's
 //   copies in flight while this one is computed; V fragments come
 //   transposed out of the row-major tile by ldmatrix.trans. (Staging a
-//   bf16 store through registers like the f32 one, with half the bytes,
-//   measured 42% slower on the H200 than the f32 store: the loads, not the
-//   bytes, set a tile's time.) HD 64: 36 KB, HD 128: 68 KB, HD 256: 66 KB.
+//   bf16 store through registers like the f32 one, with half the bytes and
+//   the same count of loads, measured 42% slower on the H200 than the f32
+//   store, for reasons not established; BENCHMARKS.md, eighteenth
+//   session.) HD 64: 36 KB, HD 128: 68 KB, HD 256: 66 KB.
 // In both, the padding of 8 bf16 (4 words) a row makes the fragment reads
 // conflict-free (row stride ≡ 4 words mod 32 across the 8 groups or the 8
 // rows of an ldmatrix phase, t adds 0..3). HD 64, 128: TILE 64; HD 256:
