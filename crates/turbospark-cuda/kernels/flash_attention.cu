@@ -434,10 +434,10 @@ __device__ __forceinline__ void fa_ldsm_x4_trans(const u16* p, u32* b) {
                  : "r"(smem_u32(p)));
 }
 
-// Over a bf16 store: two stages copied by cp.async (16-byte chunks: kv_dim
-// and the head's offset are whole chunks, as HD is a multiple of 8 and
-// kv_dim a multiple of HD), the next tile's in flight while this one is
-// computed. Its dynamic shared memory, 2 · STAGE bf16, is launched by
+// Over a bf16 store: two stages copied by cp.async (16-byte chunks: the
+// head's offset is whole chunks as HD is a multiple of 8, and so is a row,
+// kv_dim, as src/flash_attention.rs asserts), the next tile's in flight
+// while this one is computed. Its dynamic shared memory, 2 · STAGE bf16, is launched by
 // src/flash_attention.rs (`bf16_store_shared`, the same formula).
 template <int HD, int TILE>
 __device__ __forceinline__ void flash_attn_bf16(FA_PARAMS_OF(u16)) {
@@ -468,6 +468,8 @@ __device__ __forceinline__ void flash_attn_bf16(FA_PARAMS_OF(u16)) {
                 sp[b][i] = -1;
             }
         }
+        // Rolled (8 turns at HD 128): a copy is issued, not waited on, so
+        // unrolling would buy no overlap.
 #pragma unroll 1
         for (u32 i = tid; i < CHUNKS; i += FA_THREADS) {
             const u32 key = i / (HD / 8), c = 8 * (i % (HD / 8)), s = t0 + key;
