@@ -715,7 +715,8 @@ fn step_both(
 /// (which takes the two-operation path): full and sliding spans, sinks
 /// (f32, bf16), softcap, a rotary table shorter than head_dim / 2, a
 /// head_dim below its kernel's (96 on the 128 kernel), many splits, a ring
-/// of 9 slots that wraps, and a window over a wrapping ring of many splits.
+/// of 9 slots that wraps, a window over a wrapping ring of many splits and
+/// a full span past its ring's capacity.
 #[test]
 fn rope_kv_attention_steps_equal_the_cpus() {
     let Some(mut g) = gpu() else { return };
@@ -812,6 +813,19 @@ fn rope_kv_attention_steps_equal_the_cpus() {
             150,
             40,
             Some(DType::BF16),
+        ),
+        // A full span past its ring's capacity: every slot holds a visible
+        // key, and the splits cover the whole ring.
+        (
+            AttnParams {
+                head_dim: 64,
+                ..base
+            },
+            32,
+            70,
+            60,
+            25,
+            Some(DType::F32),
         ),
     ];
     let cases = cases.into_iter().flat_map(|c| KV_DTYPES.map(|d| (c, d)));
