@@ -29,7 +29,7 @@ __device__ __forceinline__ float dependency(const float* buf, u32 p) {
     return p ? buf[(u64)(p - 1) * gridDim.x + (blockIdx.x + 1) % gridDim.x] : 0.0f;
 }
 
-// Asks L2 for the first lines (4 of 128 bytes a thread) of block's share
+// Asks L2 for the first lines (4 of 128 bytes a thread) of the block's share
 // of phase p's bytes.
 __device__ __forceinline__ void prefetch_share(const uint4* w, u64 bytes, u32 p, u32 windows) {
     const u64 n = bytes / 16, base = (u64)(p % windows) * n;
