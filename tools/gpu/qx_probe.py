@@ -15,6 +15,12 @@ the weights so that L2 does not hold them, and the weight bytes' rate.
 
 `--against DIR` also builds the kernels from DIR (another checkout's
 crates/turbospark-cuda/kernels) and times both, alternating, twice each.
+`--variant NAME` does the same with this tree's kernels changed in one
+place, to price a part of the launch (their outputs are wrong by design):
+  noread  x's loads in the rounding replaced by constants (the rounding and
+          its stores stay): what reading x from L2 costs every block;
+  nox     no rounding at all (the codes left as shared memory holds them):
+          the whole x prologue.
 """
 import ctypes
 import math
@@ -45,6 +51,39 @@ class Segs(ctypes.Structure):
 def build(kernels=KERNELS):
     """gemv_q4_qx from the kernel sources in `kernels`."""
     return Kernels([f.replace(KERNELS, kernels) for f in SOURCES], (b"gemv_q4_qx",))
+
+
+# --variant: (file, text of this tree, what replaces it).
+VARIANTS = {
+    "noread": ("grouped_formats.cuh",
+               """                lo[r] = ((const float4*)xr)[2 * c];
+                hi[r] = ((const float4*)xr)[2 * c + 1];
+                if (norm) load_w8(norm, norm_dt, 8 * c, nw[r]);""",
+               """                lo[r] = make_float4(1.0f + c, 2.0f, -3.0f, 4.0f);
+                hi[r] = make_float4(0.5f, -2.0f, 3.0f, 1.5f * c);
+                if (norm) { for (int i = 0; i < 8; i++) nw[r][i] = 1.0f; }"""),
+    "nox": ("grouped_formats.cuh",
+            "    if (sg.norm) return quantize_rounds<F, 4>",
+            "    return 1.0f;\n    if (sg.norm) return quantize_rounds<F, 4>"),
+}
+
+
+def build_variant(name):
+    """This tree's kernels with VARIANTS[name] applied, in a temporary
+    folder (exits if the tree's text has changed under it)."""
+    import os
+    import shutil
+    import tempfile
+    file, old, new = VARIANTS[name]
+    folder = tempfile.mkdtemp(prefix=f"qx_{name}_")
+    for f in os.listdir(KERNELS):
+        shutil.copy(os.path.join(KERNELS, f), folder)
+    path = os.path.join(folder, file)
+    text = open(path).read()
+    if old not in text:
+        sys.exit(f"--variant {name}: {file} no longer holds the text it replaces")
+    open(path, "w").write(text.replace(old, new, 1))
+    return build(folder)
 
 
 def engine_geometry(m, k, glu=False):
@@ -108,6 +147,9 @@ def main():
     if "--against" in sys.argv:
         other = sys.argv[sys.argv.index("--against") + 1]
         builds.append((other, build(other)))
+    if "--variant" in sys.argv:
+        name = sys.argv[sys.argv.index("--variant") + 1]
+        builds.append((f"variant {name}", build_variant(name)))
     torch.manual_seed(0)
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     for name, k, heights, norm, glu, accumulate in CONFIGS:
