@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Each kernel's registers, spills and SASS instruction count, compiled as
+the engine compiles it, with no GPU: kernels/common.cuh then each file of
+src/compile.rs's SOURCES (the headers its `concat!` names in front),
+through NVRTC straight to a cubin for one architecture, as src/compile.rs
+does, with ptxas's report (`--ptxas-options=-v`); nvdisasm counts the
+instructions. Written after the twentieth session found that code a launch
+never executes still costs a decode step (BENCHMARKS.md): keep a kernel
+change's size and layout beside its speed.
+
+Needs libnvrtc and nvdisasm: the GPU machine's CUDA, or on any machine the
+PyPI wheels, unpacked (`pip download --no-deps nvidia-cuda-nvrtc
+nvidia-cuda-nvdisasm -d W`, then `unzip -o` each into W/x), passed as
+`--cuda W/x/nvidia/cu13` (its lib/ and bin/ are used).
+
+    python3 tools/gpu/sass_report.py [--cuda DIR] [--arch sm_90]
+        [--against KERNELS_DIR] [--layout KERNEL] [FILTER ...]
+
+FILTERs keep the kernels whose names contain one of them. `--against`
+compiles another checkout's kernels folder (the same file lists) and prints
+both counts. `--layout KERNEL` prints that kernel's labelled blocks in
+address order: their size and most frequent instructions (a launch jumps
+over the blocks of the variants it does not take).
+"""
+import ctypes
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+CRATE = os.path.join(ROOT, "crates", "turbospark-cuda")
+
+
+def arg(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def units():
+    """(file, [kernel sources in order]) of src/compile.rs's SOURCES."""
+    text = open(os.path.join(CRATE, "src", "compile.rs")).read()
+    body = text[text.index("pub const SOURCES"):]
+    body = body[:body.index("];")]
+    out = []
+    for m in re.finditer(r'\(\s*"([\w.]+)",\s*(concat!\((.*?)\)|include_str!\("([^"]+)"\))\s*,?\s*\)',
+                         body, re.S):
+        parts = re.findall(r'include_str!\("\.\./kernels/([^"]+)"\)', m.group(2))
+        out.append((m.group(1), parts))
+    return out
+
+
+class Nvrtc:
+    def __init__(self, cuda):
+        names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+        dirs = [os.path.join(cuda, "lib")] if cuda else []
+        for d in dirs + [""]:
+            for n in names:
+                try:
+                    self.lib = ctypes.CDLL(os.path.join(d, n) if d else n)
+                    return
+                except OSError:
+                    pass
+        sys.exit("libnvrtc not found: pass --cuda DIR (see the docstring)")
+
+    def cubin(self, name, source, arch):
+        """(cubin bytes, ptxas's log) of one compile unit."""
+        lib, prog = self.lib, ctypes.c_void_p()
+        if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None):
+            sys.exit(f"{name}: nvrtcCreateProgram failed")
+        opts = [b"--std=c++17", f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+        rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        if rc:
+            sys.exit(f"{name}: does not compile\n{log.value.decode()[:3000]}")
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetCUBIN(prog, buf)
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        return buf.raw, log.value.decode()
+
+
+def ptxas_report(log):
+    """kernel -> (registers, spill store bytes) from ptxas's -v lines."""
+    out, name, spill = {}, None, 0
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            name, spill = m.group(1), 0
+        m = re.search(r"(\d+) bytes spill stores", line)
+        if m:
+            spill = int(m.group(1))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and name:
+            out[name] = (int(m.group(1)), spill)
+            name = None
+    return out
+
+
+def disassemble(cubin, cuda):
+    """kernel -> its SASS lines (instructions and labels), nvdisasm -c."""
+    tool = os.path.join(cuda, "bin", "nvdisasm") if cuda else "nvdisasm"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-c", f.name], check=True, capture_output=True,
+                              text=True).stdout
+    funcs, cur = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*\.text\.(\w+):", line)
+        if m:
+            cur = funcs.setdefault(m.group(1), [])
+        elif cur is not None and (re.search(r"/\*[0-9a-f]{4,}\*/", line)
+                                  or re.match(r"\s*\.L_x_\d+:", line)):
+            cur.append(line)
+    return funcs
+
+
+def is_instruction(line):
+    return re.search(r"/\*[0-9a-f]{4,}\*/", line) is not None
+
+
+def opcode(line):
+    m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]+)", line)
+    return m.group(1) if m else "?"
+
+
+def report(kernels_dir, nvrtc, cuda, arch):
+    """kernel -> (registers, spills, instructions, SASS lines)."""
+    common = open(os.path.join(kernels_dir, "common.cuh")).read()
+    out = {}
+    for file, parts in units():
+        source = "".join(open(os.path.join(kernels_dir, p)).read() + "\n" for p in parts)
+        cubin, log = nvrtc.cubin(file, f"{common}\n#line 1 \"{file}\"\n{source}", arch)
+        regs = ptxas_report(log)
+        for name, lines in disassemble(cubin, cuda).items():
+            r, s = regs.get(name, (0, 0))
+            out[name] = (r, s, sum(map(is_instruction, lines)), lines)
+    return out
+
+
+def layout(lines):
+    """The labelled blocks of one kernel, in address order."""
+    blocks, label, body = [], "entry", []
+    for line in lines + [".L_end:"]:
+        m = re.match(r"\s*(\.L_\w+):", line)
+        if m:
+            if body:
+                top = Counter(map(opcode, body)).most_common(4)
+                blocks.append((label, len(body), top))
+            label, body = m.group(1), []
+        elif is_instruction(line):
+            body.append(line)
+    at = 0
+    for label, n, top in blocks:
+        print(f"  {at:6d} {label:<10} {n:5d}  " + ", ".join(f"{o} {c}" for o, c in top))
+        at += n
+
+
+def main():
+    cuda, arch = arg("--cuda"), arg("--arch", "sm_90")
+    nvrtc = Nvrtc(cuda)
+    flags = {"--cuda", "--arch", "--against", "--layout"}
+    filters = [a for i, a in enumerate(sys.argv[1:], 1)
+               if not a.startswith("--") and sys.argv[i - 1] not in flags]
+    here = report(os.path.join(CRATE, "kernels"), nvrtc, cuda, arch)
+    other = arg("--against")
+    there = report(other, nvrtc, cuda, arch) if other else {}
+    print(f"{'kernel':<36} {'regs':>4} {'spill':>5} {'instr':>6}" +
+          (f"  {'against':>7} {'regs':>4} {'spill':>5}" if other else ""))
+    for name in sorted(here, key=lambda n: -here[n][2]):
+        if filters and not any(f in name for f in filters):
+            continue
+        r, s, n, _ = here[name]
+        line = f"{name:<36} {r:4d} {s:5d} {n:6d}"
+        if name in there:
+            r2, s2, n2, _ = there[name]
+            line += f"  {n2:7d} {r2:4d} {s2:5d}"
+        print(line)
+    name = arg("--layout")
+    if name:
+        if name not in here:
+            sys.exit(f"--layout: no kernel {name}")
+        print(f"\n{name}: blocks in address order (instruction offset, label, size, top opcodes)")
+        layout(here[name][3])
+
+
+if __name__ == "__main__":
+    main()
