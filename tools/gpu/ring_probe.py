@@ -16,10 +16,11 @@ own window of the buffer where the buffer holds enough, so that short
 launches do not find their bytes in L2.
 """
 import ctypes
-import ctypes.util
 import sys
 
 import torch
+
+from nvrtc_lib import compile_source, load_lib
 
 # How a stage's copies are issued (ring_probe.cu's `issue`).
 ISSUE = ["", " from lanes in turn", " in one instruction"]
@@ -29,34 +30,8 @@ SOURCES = [f"{KERNELS}/common.cuh", f"{KERNELS}/gemv_common.cuh", f"{KERNELS}/as
            "tools/gpu/ring_probe.cu"]
 
 
-def load_lib(names):
-    for n in names:
-        try:
-            return ctypes.CDLL(n)
-        except OSError:
-            pass
-    found = ctypes.util.find_library(names[0].split(".so")[0].removeprefix("lib"))
-    if found:
-        return ctypes.CDLL(found)
-    sys.exit(f"cannot load any of {names}")
-
-
 def ptx_of(src: bytes) -> bytes:
-    nvrtc = load_lib(["libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"])
-    prog = ctypes.c_void_p()
-    assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"probe.cu", 0, None, None) == 0
-    opts = [b"--gpu-architecture=compute_90", b"--std=c++17"]
-    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    n = ctypes.c_size_t()
-    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
-    log = ctypes.create_string_buffer(n.value)
-    nvrtc.nvrtcGetProgramLog(prog, log)
-    if rc:
-        sys.exit(f"NVRTC: {log.value.decode()}")
-    nvrtc.nvrtcGetPTXSize(prog, ctypes.byref(n))
-    ptx = ctypes.create_string_buffer(n.value)
-    nvrtc.nvrtcGetPTX(prog, ptx)
-    return ptx.value
+    return compile_source(src, "probe.cu", ["--gpu-architecture=compute_90", "--std=c++17"])[0]
 
 
 class Kernels:

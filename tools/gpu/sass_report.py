@@ -22,13 +22,14 @@ both counts. `--layout KERNEL` prints that kernel's labelled blocks in
 address order: their size and most frequent instructions (a launch jumps
 over the blocks of the variants it does not take).
 """
-import ctypes
 import os
 import re
 import subprocess
 import sys
 import tempfile
 from collections import Counter
+
+from nvrtc_lib import compile_source
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 CRATE = os.path.join(ROOT, "crates", "turbospark-cuda")
@@ -49,39 +50,6 @@ def units():
         parts = re.findall(r'include_str!\("\.\./kernels/([^"]+)"\)', m.group(2))
         out.append((m.group(1), parts))
     return out
-
-
-class Nvrtc:
-    def __init__(self, cuda):
-        names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
-        dirs = [os.path.join(cuda, "lib")] if cuda else []
-        for d in dirs + [""]:
-            for n in names:
-                try:
-                    self.lib = ctypes.CDLL(os.path.join(d, n) if d else n)
-                    return
-                except OSError:
-                    pass
-        sys.exit("libnvrtc not found: pass --cuda DIR (see the docstring)")
-
-    def cubin(self, name, source, arch):
-        """(cubin bytes, ptxas's log) of one compile unit."""
-        lib, prog = self.lib, ctypes.c_void_p()
-        if lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None):
-            sys.exit(f"{name}: nvrtcCreateProgram failed")
-        opts = [b"--std=c++17", f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
-        rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-        size = ctypes.c_size_t()
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-        log = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetProgramLog(prog, log)
-        if rc:
-            sys.exit(f"{name}: does not compile\n{log.value.decode()[:3000]}")
-        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-        buf = ctypes.create_string_buffer(size.value)
-        lib.nvrtcGetCUBIN(prog, buf)
-        lib.nvrtcDestroyProgram(ctypes.byref(prog))
-        return buf.raw, log.value.decode()
 
 
 def ptxas_report(log):
@@ -129,13 +97,16 @@ def opcode(line):
     return m.group(1) if m else "?"
 
 
-def report(kernels_dir, nvrtc, cuda, arch):
+def report(kernels_dir, cuda, arch):
     """kernel -> (registers, spills, instructions, SASS lines)."""
     common = open(os.path.join(kernels_dir, "common.cuh")).read()
     out = {}
     for file, parts in units():
         source = "".join(open(os.path.join(kernels_dir, p)).read() + "\n" for p in parts)
-        cubin, log = nvrtc.cubin(file, f"{common}\n#line 1 \"{file}\"\n{source}", arch)
+        opts = ["--std=c++17", f"--gpu-architecture={arch}", "--ptxas-options=-v"]
+        dirs = [os.path.join(cuda, "lib")] if cuda else []
+        cubin, log = compile_source(f"{common}\n#line 1 \"{file}\"\n{source}", file, opts,
+                                    cubin=True, dirs=dirs)
         regs = ptxas_report(log)
         for name, lines in disassemble(cubin, cuda).items():
             r, s = regs.get(name, (0, 0))
@@ -163,13 +134,12 @@ def layout(lines):
 
 def main():
     cuda, arch = arg("--cuda"), arg("--arch", "sm_90")
-    nvrtc = Nvrtc(cuda)
     flags = {"--cuda", "--arch", "--against", "--layout"}
     filters = [a for i, a in enumerate(sys.argv[1:], 1)
                if not a.startswith("--") and sys.argv[i - 1] not in flags]
-    here = report(os.path.join(CRATE, "kernels"), nvrtc, cuda, arch)
+    here = report(os.path.join(CRATE, "kernels"), cuda, arch)
     other = arg("--against")
-    there = report(other, nvrtc, cuda, arch) if other else {}
+    there = report(other, cuda, arch) if other else {}
     print(f"{'kernel':<36} {'regs':>4} {'spill':>5} {'instr':>6}" +
           (f"  {'against':>7} {'regs':>4} {'spill':>5}" if other else ""))
     for name in sorted(here, key=lambda n: -here[n][2]):
