@@ -63,6 +63,11 @@ macro_rules! kernels {
             $($(pub $name: CudaFunction,)*)*
         }
 
+        /// Each kernel file and the kernels [`Kernels::load`] takes from
+        /// it, so that a machine without a GPU can check that every name
+        /// is in its file's cubin (tests/kernels_compile.rs).
+        pub const NAMES: &[(&str, &[&str])] = &[$(($file, &[$(stringify!($name)),*])),*];
+
         impl Kernels {
             /// Compiles (or takes from the cache) every kernel file for
             /// `arch` and loads its functions into `ctx`.
