@@ -14,13 +14,15 @@ nvidia-cuda-nvdisasm -d W`, then `unzip -o` each into W/x), passed as
 `--cuda W/x/nvidia/cu13` (its lib/ and bin/ are used).
 
     python3 tools/gpu/sass_report.py [--cuda DIR] [--arch sm_90]
-        [--against KERNELS_DIR] [--layout KERNEL] [FILTER ...]
+        [--against KERNELS_DIR] [--layout KERNEL] [--jumps KERNEL] [FILTER ...]
 
 FILTERs keep the kernels whose names contain one of them. `--against`
 compiles another checkout's kernels folder (the same file lists) and prints
 both counts. `--layout KERNEL` prints that kernel's labelled blocks in
 address order: their size and most frequent instructions (a launch jumps
-over the blocks of the variants it does not take).
+over the blocks of the variants it does not take). `--jumps KERNEL` lists
+its forward branches past the PDL wait that skip 64 instructions or more:
+where a launch may land on code not yet fetched.
 """
 import os
 import re
@@ -132,9 +134,30 @@ def layout(lines):
         at += n
 
 
+def jumps(lines, least=64):
+    """Forward branches of one kernel that skip at least `least`
+    instructions, past its PDL wait (ACQBULK, griddepcontrol.wait):
+    (from, to) instruction offsets, the wait's offset first."""
+    at, labels, branches, wait = 0, {}, [], None
+    for line in lines:
+        m = re.match(r"\s*(\.L_\w+):", line)
+        if m:
+            labels[m.group(1)] = at
+        elif is_instruction(line):
+            if "ACQBULK" in line and wait is None:
+                wait = at
+            t = re.search(r"BRA\s+`\((\.L_\w+)\)", line)
+            if t:
+                branches.append((at, t.group(1)))
+            at += 1
+    far = [(a, labels[t]) for a, t in branches
+           if t in labels and labels[t] - a >= least and (wait is None or a > wait)]
+    return wait, far
+
+
 def main():
     cuda, arch = arg("--cuda"), arg("--arch", "sm_90")
-    flags = {"--cuda", "--arch", "--against", "--layout"}
+    flags = {"--cuda", "--arch", "--against", "--layout", "--jumps"}
     filters = [a for i, a in enumerate(sys.argv[1:], 1)
                if not a.startswith("--") and sys.argv[i - 1] not in flags]
     here = report(os.path.join(CRATE, "kernels"), cuda, arch)
@@ -157,6 +180,15 @@ def main():
             sys.exit(f"--layout: no kernel {name}")
         print(f"\n{name}: blocks in address order (instruction offset, label, size, top opcodes)")
         layout(here[name][3])
+    name = arg("--jumps")
+    if name:
+        if name not in here:
+            sys.exit(f"--jumps: no kernel {name}")
+        wait, far = jumps(here[name][3])
+        print(f"\n{name}: PDL wait at instruction {wait}; forward branches past it over "
+              f"64 instructions or more (from -> to, skipped):")
+        for a, b in far:
+            print(f"  {a:6d} -> {b:6d}  {b - a:5d}")
 
 
 if __name__ == "__main__":
