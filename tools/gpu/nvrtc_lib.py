@@ -7,9 +7,9 @@ import os
 import sys
 
 
-def load_lib(names, dirs=()):
+def load_lib(names, dirs=(), hint=""):
     """The first of `names` that loads, from `dirs` first, then the
-    loader's path; exits naming them when none does."""
+    loader's path; exits naming them (and `hint`) when none does."""
     for d in list(dirs) + [""]:
         for n in names:
             try:
@@ -19,13 +19,13 @@ def load_lib(names, dirs=()):
     found = ctypes.util.find_library(names[0].split(".so")[0].removeprefix("lib"))
     if found:
         return ctypes.CDLL(found)
-    sys.exit(f"cannot load any of {names}")
+    sys.exit(f"cannot load any of {names}{hint}")
 
 
-def compile_source(src, name, opts, cubin=False, dirs=()):
+def compile_source(src, name, opts, cubin=False, dirs=(), hint=""):
     """(PTX or cubin bytes, NVRTC's log) of `src` (str or bytes) compiled
     with `opts` (strings); exits with the log when it does not compile."""
-    lib = load_lib(["libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"], dirs)
+    lib = load_lib(["libnvrtc.so.13", "libnvrtc.so", "libnvrtc.so.12"], dirs, hint)
     src = src.encode() if isinstance(src, str) else src
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), 0, None, None):

@@ -24,7 +24,10 @@ place, to price a part of the launch (their outputs are wrong by design):
 """
 import ctypes
 import math
+import os
+import shutil
 import sys
+import tempfile
 
 import torch
 
@@ -71,9 +74,6 @@ VARIANTS = {
 def build_variant(name):
     """This tree's kernels with VARIANTS[name] applied, in a temporary
     folder (exits if the tree's text has changed under it)."""
-    import os
-    import shutil
-    import tempfile
     file, old, new = VARIANTS[name]
     folder = tempfile.mkdtemp(prefix=f"qx_{name}_")
     for f in os.listdir(KERNELS):

@@ -35,6 +35,7 @@ from nvrtc_lib import compile_source
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 CRATE = os.path.join(ROOT, "crates", "turbospark-cuda")
+HINT = ": pass --cuda DIR, a CUDA folder with lib/ and bin/ (see the docstring)"
 
 
 def arg(name, default=None):
@@ -77,8 +78,11 @@ def disassemble(cubin, cuda):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([tool, "-c", f.name], check=True, capture_output=True,
-                              text=True).stdout
+        try:
+            text = subprocess.run([tool, "-c", f.name], check=True, capture_output=True,
+                                  text=True).stdout
+        except FileNotFoundError:
+            sys.exit(f"{tool} not found{HINT}")
     funcs, cur = {}, None
     for line in text.splitlines():
         m = re.match(r"\s*\.text\.(\w+):", line)
@@ -108,7 +112,7 @@ def report(kernels_dir, cuda, arch):
         opts = ["--std=c++17", f"--gpu-architecture={arch}", "--ptxas-options=-v"]
         dirs = [os.path.join(cuda, "lib")] if cuda else []
         cubin, log = compile_source(f"{common}\n#line 1 \"{file}\"\n{source}", file, opts,
-                                    cubin=True, dirs=dirs)
+                                    cubin=True, dirs=dirs, hint=HINT)
         regs = ptxas_report(log)
         for name, lines in disassemble(cubin, cuda).items():
             r, s = regs.get(name, (0, 0))
