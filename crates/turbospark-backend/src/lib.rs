@@ -294,8 +294,22 @@ pub trait Backend: Send + Sync {
     /// A batch of `tokens.len()` rows; `positions` has one entry per token.
     fn batch(&self, tokens: &[u32], positions: &[u32]) -> Self::Batch;
     /// Overwrites the rows of `b` (same row count) in place, in the same
-    /// storage: a recorded graph that reads `b` sees the new values.
+    /// storage: a recorded graph that reads `b` sees the new values. Reads
+    /// of `b` queued by [`Backend::queue_tokens`] and not taken are dropped.
     fn set_batch(&self, b: &mut Self::Batch, tokens: &[u32], positions: &[u32]);
+    /// Queues (recordably, without a host round trip): each row of `b`
+    /// takes the [`argmax`] of the same row of `logits` as its token, and
+    /// its position moves one on. A greedy decode step that ends with this
+    /// leaves the batch of the next one where the backend reads it, so the
+    /// host can queue that step before it knows the token.
+    fn argmax_into_batch(&self, logits: &Self::Tensor, b: &mut Self::Batch);
+    /// Queues a copy of `b`'s tokens to the host, behind the work queued so
+    /// far; [`Backend::take_tokens`] returns the copies in the order they
+    /// were queued.
+    fn queue_tokens(&self, b: &mut Self::Batch);
+    /// The oldest copy [`Backend::queue_tokens`] queued, once it is done.
+    /// Panics if none is queued.
+    fn take_tokens(&self, b: &mut Self::Batch) -> Vec<u32>;
 
     /// Starts recording: work queued from now on is captured instead of
     /// run, until [`Backend::end_graph`]. Returns false (and records

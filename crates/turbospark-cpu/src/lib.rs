@@ -14,6 +14,8 @@ pub mod quant;
 pub mod simd;
 pub mod weight;
 
+use std::collections::VecDeque;
+
 use turbospark_backend::{
     AttnParams, Backend, Experts, KvSpec, MoeParams, Quant, Result, RopeTable,
 };
@@ -36,6 +38,9 @@ pub struct CpuTensor {
 pub struct CpuBatch {
     pub tokens: Vec<u32>,
     pub positions: Vec<u32>,
+    /// Copies of `tokens` queued by `queue_tokens`, oldest first (work runs
+    /// as it is queued here, so a copy is done when made).
+    pub queued: VecDeque<Vec<u32>>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -123,12 +128,35 @@ impl Backend for Cpu {
         CpuBatch {
             tokens: tokens.to_vec(),
             positions: positions.to_vec(),
+            queued: VecDeque::new(),
         }
     }
 
     fn set_batch(&self, b: &mut CpuBatch, tokens: &[u32], positions: &[u32]) {
         assert_eq!(b.tokens.len(), tokens.len(), "set_batch: row count changed");
         *b = self.batch(tokens, positions);
+    }
+
+    fn argmax_into_batch(&self, logits: &CpuTensor, b: &mut CpuBatch) {
+        assert_eq!(
+            logits.rows,
+            b.tokens.len(),
+            "argmax_into_batch: a row a token"
+        );
+        b.tokens = self.argmax(logits);
+        for p in &mut b.positions {
+            *p += 1;
+        }
+    }
+
+    fn queue_tokens(&self, b: &mut CpuBatch) {
+        b.queued.push_back(b.tokens.clone());
+    }
+
+    fn take_tokens(&self, b: &mut CpuBatch) -> Vec<u32> {
+        b.queued
+            .pop_front()
+            .expect("take_tokens: no copy of the tokens was queued")
     }
 
     fn begin_graph(&self) -> bool {

@@ -18,10 +18,10 @@ __device__ __forceinline__ u32 order_bits(float v) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// best[row] must be 0 before the launch. Grid (rows, blocks per row).
-extern "C" __global__ void argmax_rows(unsigned long long* best, const float* x, u32 cols) {
-    pdl_enter();
-    const float* row = x + (u64)blockIdx.x * cols;
+// The largest key of this warp's share of `row`, in every lane. Grid
+// (rows, blocks per row): block y takes columns y·blockDim, +
+// gridDim.y·blockDim, ...
+__device__ __forceinline__ unsigned long long warp_row_key(const float* row, u32 cols) {
     unsigned long long key = 0;
     for (u32 c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) {
         const float v = row[c];
@@ -33,7 +33,41 @@ extern "C" __global__ void argmax_rows(unsigned long long* best, const float* x,
         const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, o);
         key = other > key ? other : key;
     }
+    return key;
+}
+
+// best[row] must be 0 before the launch. Grid (rows, blocks per row).
+extern "C" __global__ void argmax_rows(unsigned long long* best, const float* x, u32 cols) {
+    pdl_enter();
+    const unsigned long long key = warp_row_key(x + (u64)blockIdx.x * cols, cols);
     if ((threadIdx.x & 31u) == 0 && key != 0) atomicMax(best + blockIdx.x, key);
+}
+
+// argmax_feed: argmax_rows, then the last block of a row to finish writes
+// the row's id as its token and moves its position one on (the batch of
+// the greedy step that follows, made without the host). The last block is
+// found by a ticket (`done`), as in a threadfence reduction: each warp's
+// atomicMax is fenced before its block takes a ticket, so the block with
+// the last ticket sees every block's key. That block leaves best and done
+// at 0 again: a recorded step replays this with no memset. Grid (rows,
+// blocks per row); best and done are 0 before the first launch.
+extern "C" __global__ void argmax_feed(unsigned long long* best, u32* done, const float* x,
+                                       u32 cols, u32* tokens, u32* positions) {
+    pdl_enter();
+    const u32 r = blockIdx.x;
+    const unsigned long long key = warp_row_key(x + (u64)r * cols, cols);
+    if ((threadIdx.x & 31u) == 0) {
+        if (key != 0) atomicMax(best + r, key);
+        __threadfence();
+    }
+    __syncthreads();
+    if (threadIdx.x != 0 || atomicAdd(done + r, 1u) != gridDim.y - 1) return;
+    __threadfence();
+    const unsigned long long k = atomicExch(best + r, 0ull);
+    // Key 0: no number in the row, id 0 (the host argmax's rule).
+    tokens[r] = k == 0 ? 0u : 0xffffffffu - (u32)k;
+    positions[r] += 1;
+    done[r] = 0;
 }
 
 // Sampling from summaries of a row (crates/turbospark-backend/src/scores.rs

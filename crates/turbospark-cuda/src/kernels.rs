@@ -114,7 +114,7 @@ kernels! {
         attn_gqa_hd128_g4_bf16kv_step, attn_gqa_hd128_g8_bf16kv_step,
         attn_gqa_hd256_g4_bf16kv_step,
     ],
-    "sample.cu" => [argmax_rows, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
+    "sample.cu" => [argmax_rows, argmax_feed, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
     "moe.cu" => [moe_route, moe_norm_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
     "flash_attention.cu" => [
         flash_attn_hd64, flash_attn_hd128, flash_attn_hd256, flash_attn_hd64_bf16kv,

@@ -31,13 +31,14 @@ pub mod rope_kv;
 pub mod sample;
 pub mod weight;
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError,
-    ValidAsZeroBits, result, sys,
+    CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError,
+    PinnedHostSlice, ValidAsZeroBits, result, sys,
 };
 use turbospark_backend::scores::Keep;
 use turbospark_backend::{
@@ -101,13 +102,28 @@ pub struct CudaTensor {
 }
 
 /// The token ids and positions of one forward call: device copies the
-/// kernels read, and host copies for shape checks and launch geometry.
+/// kernels read, and host copies for shape checks and launch geometry
+/// (`argmax_into_batch` moves `host_positions` on with the device's; the
+/// tokens it chooses are on the device only).
 pub struct CudaBatch {
     pub tokens: CudaSlice<u32>,
     pub positions: CudaSlice<u32>,
     pub host_tokens: Vec<u32>,
     pub host_positions: Vec<u32>,
+    /// `argmax_feed`'s keys and tickets, a row each (0 between launches).
+    argmax: (CudaSlice<u64>, CudaSlice<u32>),
+    /// Copies of `tokens` queued for the host (`queue_tokens`), oldest
+    /// first, each with the event recorded behind it, and page-locked
+    /// buffers and events for the next ones.
+    reads: VecDeque<TokenRead>,
+    spare: Vec<TokenRead>,
 }
+
+/// A page-locked copy of a batch's tokens and the event that says it has
+/// landed. The event is ours: with the context's event tracking off
+/// (`Cuda::new`), cudarc records none for the page-locked buffer, so its
+/// own `as_slice` would not wait for the copy.
+struct TokenRead(PinnedHostSlice<u32>, CudaEvent);
 
 impl CudaBatch {
     pub fn rows(&self) -> usize {
@@ -556,6 +572,9 @@ impl Backend for Cuda {
             positions: self.upload_slice(positions),
             host_tokens: tokens.to_vec(),
             host_positions: positions.to_vec(),
+            argmax: (self.zeros(tokens.len()), self.zeros(tokens.len())),
+            reads: VecDeque::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -579,6 +598,46 @@ impl Backend for Cuda {
         copy(positions, &mut b.positions);
         b.host_tokens.copy_from_slice(tokens);
         b.host_positions.copy_from_slice(positions);
+        let dropped = b.reads.drain(..).collect::<Vec<_>>();
+        b.spare.extend(dropped);
+    }
+
+    fn argmax_into_batch(&self, logits: &CudaTensor, b: &mut CudaBatch) {
+        sample::argmax_into_batch(self, logits, b)
+    }
+
+    fn queue_tokens(&self, b: &mut CudaBatch) {
+        let fail = |e: DriverError| -> ! { panic!("CUDA: queueing a copy of the tokens: {e}") };
+        let mut read = match b.spare.pop() {
+            Some(r) => r,
+            None => TokenRead(
+                // SAFETY: the copy below fills it before `take_tokens` reads
+                // it. Plain page-locked memory (not write-combined, which is
+                // slow to read): the host reads it.
+                unsafe { self.ctx.alloc_pinned_with_flags::<u32>(b.rows().max(1), 0) }
+                    .unwrap_or_else(|e| fail(e)),
+                self.ctx
+                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .unwrap_or_else(|e| fail(e)),
+            ),
+        };
+        self.stream
+            .memcpy_dtoh(&b.tokens, &mut read.0)
+            .unwrap_or_else(|e| fail(e));
+        read.1.record(&self.stream).unwrap_or_else(|e| fail(e));
+        b.reads.push_back(read);
+    }
+
+    fn take_tokens(&self, b: &mut CudaBatch) -> Vec<u32> {
+        let read = b
+            .reads
+            .pop_front()
+            .expect("take_tokens: no copy of the tokens was queued");
+        let fail = |e: DriverError| -> ! { panic!("CUDA: reading the tokens back: {e}") };
+        read.1.synchronize().unwrap_or_else(|e| fail(e));
+        let tokens = read.0.as_slice().unwrap_or_else(|e| fail(e))[..b.rows()].to_vec();
+        b.spare.push(read);
+        tokens
     }
 
     fn begin_graph(&self) -> bool {

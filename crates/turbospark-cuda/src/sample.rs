@@ -11,7 +11,7 @@ use turbospark_backend::ScoreStats;
 use turbospark_backend::scores::{self, Keep};
 
 use crate::kernels::{Arg, KeepArg};
-use crate::{Cuda, CudaTensor};
+use crate::{Cuda, CudaBatch, CudaTensor};
 
 /// Threads per block, and the most blocks one row is split over.
 const THREADS: u32 = 256;
@@ -34,17 +34,52 @@ pub fn argmax(be: &Cuda, t: &CudaTensor) -> Vec<u32> {
         .collect()
 }
 
+/// Queues `argmax_feed`: each row of `logits` chooses its batch row's next
+/// token on the device, and the row's position moves one on.
+pub fn argmax_into_batch(be: &Cuda, logits: &CudaTensor, b: &mut CudaBatch) {
+    assert_eq!(
+        logits.rows,
+        b.rows(),
+        "argmax_into_batch: {} rows of logits for a batch of {}",
+        logits.rows,
+        b.rows()
+    );
+    for p in &mut b.host_positions {
+        *p += 1;
+    }
+    if logits.rows == 0 {
+        return;
+    }
+    be.launch(
+        &be.k.argmax_feed,
+        (logits.rows as u32, blocks_per_row(logits.cols), 1),
+        THREADS,
+        &[
+            Arg::Ptr(be.ptr(&b.argmax.0)),
+            Arg::Ptr(be.ptr(&b.argmax.1)),
+            Arg::Ptr(be.ptr(&logits.data)),
+            Arg::U32(logits.cols as u32),
+            Arg::Ptr(be.ptr(&b.tokens)),
+            Arg::Ptr(be.ptr(&b.positions)),
+        ],
+    );
+}
+
+/// Blocks of `argmax_rows` / `argmax_feed` a row of `cols` takes: about 8
+/// values a thread, at least one block, at most MAX_BLOCKS_PER_ROW.
+fn blocks_per_row(cols: usize) -> u32 {
+    cols.div_ceil(THREADS as usize * 8)
+        .clamp(1, MAX_BLOCKS_PER_ROW) as u32
+}
+
 /// argmax_rows's keys of `rows` rows of `cols` floats from address `x`
 /// (queued, not read back).
 fn argmax_keys(be: &Cuda, x: u64, rows: usize, cols: usize) -> CudaSlice<u64> {
     // Zero = "no number seen" for every row.
     let best = be.zeros::<u64>(rows);
-    let blocks = cols
-        .div_ceil(THREADS as usize * 8)
-        .clamp(1, MAX_BLOCKS_PER_ROW);
     be.launch(
         &be.k.argmax_rows,
-        (rows as u32, blocks as u32, 1),
+        (rows as u32, blocks_per_row(cols), 1),
         THREADS,
         &[Arg::Ptr(be.ptr(&best)), Arg::Ptr(x), Arg::U32(cols as u32)],
     );

@@ -42,7 +42,7 @@ mod common;
 use turbospark_backend::{KvDtype, argmax};
 use turbospark_cpu::Cpu;
 use turbospark_cuda::Precision;
-use turbospark_models::{LoadOptions, Session, load_model_with, read_spec};
+use turbospark_models::{GreedyEnd, LoadOptions, Session, load_model_with, read_spec};
 use turbospark_testkit::{Comparison, all_fixtures, compare_fixture_kv, measure, reference, run};
 
 /// A precision's bounds (see the module documentation).
@@ -192,5 +192,86 @@ fn recorded_decode_equals_eager_decode() {
             );
         }
         println!("{name:>16}: 12 recorded decode steps equal the eager ones");
+    }
+}
+
+/// Greedy decoding a step ahead of the host (`decode_greedy`: the recorded
+/// step chooses its token into the batch the next replay reads) chooses
+/// what `feed_argmax` does step by step, on every fixture, recorded and
+/// eager (`set_eager`: the CUDA batch's host positions kept in step). A
+/// refused choice is taken back: the same session then goes on through
+/// `feed` (recorded again without the choice) within the tolerance of
+/// `recorded_decode_equals_eager_decode` of a session that never queued
+/// it, choosing the same tokens.
+#[test]
+fn greedy_decode_ahead_chooses_what_feed_argmax_does() {
+    let Some(be) = common::gpu() else { return };
+    for dir in all_fixtures() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let r = reference(&dir);
+        let spec = read_spec(&dir).unwrap();
+        let model = load_model_with(&be, &dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+        let ctx = r.tokens.len() + 32;
+        let session = || Session::new(&be, model.as_ref(), ctx, 512);
+        let mut by_step = session();
+        let first = by_step.feed_argmax(&r.tokens).unwrap();
+        let mut want = Vec::new();
+        let mut last = first;
+        for _ in 0..12 {
+            last = by_step.feed_argmax(&[last]).unwrap();
+            want.push(last);
+        }
+        for eager in [false, true] {
+            let mut ahead = session();
+            ahead.set_eager(eager);
+            assert_eq!(ahead.feed_argmax(&r.tokens).unwrap(), first, "{name}");
+            let mut got = Vec::new();
+            let end = ahead
+                .decode_greedy(first, 12, |t| {
+                    got.push(t);
+                    true
+                })
+                .unwrap();
+            assert_eq!(end, GreedyEnd::Steps, "{name}");
+            assert_eq!(got, want, "{name}, eager {eager}");
+            assert_eq!(ahead.tokens(), by_step.tokens(), "{name}, eager {eager}");
+            assert_eq!(ahead.decode_recorded(), !eager, "{name}");
+        }
+        // Refused at the fifth choice, then another token and 11 more.
+        let mut ahead = session();
+        let mut plain = session();
+        ahead.feed_argmax(&r.tokens).unwrap();
+        plain.feed_argmax(&r.tokens).unwrap();
+        let mut seen = 0;
+        let end = ahead
+            .decode_greedy(first, 20, |_| {
+                seen += 1;
+                seen < 5
+            })
+            .unwrap();
+        assert_eq!(end, GreedyEnd::Refused, "{name}");
+        for &t in [first].iter().chain(&want[..4]) {
+            plain.feed_argmax(&[t]).unwrap();
+        }
+        assert_eq!(ahead.tokens(), plain.tokens(), "{name}");
+        let mut next = (want[4] + 1) % r.vocab as u32;
+        for step in 0..12 {
+            let a = ahead.feed(&[next], false).unwrap();
+            let b = plain.feed(&[next], false).unwrap();
+            let mean = b.iter().sum::<f32>() / b.len() as f32;
+            let std = (b.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / b.len() as f32).sqrt();
+            let err = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                err <= 1e-3 * std,
+                "{name}: step {step}: max|Δ| {err} (std {std})"
+            );
+            next = argmax(&b);
+            assert_eq!(argmax(&a), next, "{name}: step {step}");
+        }
+        println!("{name:>16}: greedy decode a step ahead chose as feed_argmax");
     }
 }

@@ -41,6 +41,31 @@ fn argmax_on_the_device_is_the_host_argmax() {
     assert_eq!(g.argmax(&t), want);
 }
 
+/// `argmax_into_batch` writes the host's `argmax` of each row as the batch
+/// row's token (read back through `queue_tokens`/`take_tokens`) and moves
+/// the host's copy of the positions on, launch after launch: its kernel
+/// leaves its keys and tickets at zero for the next one (two launches on
+/// different rows, the second's maxima below the first's).
+#[test]
+fn argmax_into_batch_is_the_host_argmax_launch_after_launch() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(31);
+    let cols = 201_088;
+    let mut b = g.batch(&[7, 8, 9], &[40, 41, 42]);
+    for round in 0..2 {
+        let scale = if round == 0 { 8.0 } else { 1.0 };
+        let mut rows: Vec<Vec<f32>> = (0..3).map(|_| rng.vec(cols, scale)).collect();
+        rows[1][cols - 1] = 2.0 * scale;
+        rows[2] = vec![f32::NAN; cols];
+        let t = g.upload_tensor(&rows.concat(), 3, cols);
+        g.argmax_into_batch(&t, &mut b);
+        g.queue_tokens(&mut b);
+        let want: Vec<u32> = rows.iter().map(|r| turbospark_backend::argmax(r)).collect();
+        assert_eq!(g.take_tokens(&mut b), want, "launch {round}");
+        assert_eq!(b.host_positions, [41 + round, 42 + round, 43 + round]);
+    }
+}
+
 /// The sampling summaries of the device are the host's
 /// (`turbospark_backend::scores`) on rows of gpt-oss's vocabulary (peaked,
 /// with NaN and −inf holes, with a +inf, all −inf): candidate counts, maxima

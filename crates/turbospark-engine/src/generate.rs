@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 use turbospark_backend::Backend;
-use turbospark_models::Session;
 use turbospark_models::sampler::{Sampler, SamplerConfig};
-use turbospark_text::{StopStrings, StreamDecoder};
+use turbospark_models::{GreedyEnd, Session};
+use turbospark_text::{StopStrings, StreamDecoder, Tokenizer};
 
 use crate::engine::Engine;
 use crate::error::{EngineError, Result};
@@ -47,6 +47,85 @@ pub struct Generated {
     pub finish_reason: FinishReason,
 }
 
+/// What generation has taken so far, and the rules that end it: each
+/// chosen token goes through [`Taker::take`].
+struct Taker<'a, F: FnMut(&str)> {
+    eos: Vec<u32>,
+    max_tokens: usize,
+    cancel: Option<&'a AtomicBool>,
+    tokenizer: Option<&'a Tokenizer>,
+    decoder: StreamDecoder,
+    stops: StopStrings,
+    on_text: F,
+    text: String,
+    tokens: Vec<u32>,
+    /// The prompt and the tokens taken (what penalties see).
+    history: Vec<u32>,
+    finish: FinishReason,
+    /// A failure inside `take` (decoding text), returned once it stops.
+    failure: Option<EngineError>,
+}
+
+impl<F: FnMut(&str)> Taker<'_, F> {
+    /// Takes the chosen token `next`: false when generation ends here
+    /// (`finish` says why; an end-of-sequence token is not taken).
+    fn take(&mut self, next: u32) -> bool {
+        if self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            self.finish = FinishReason::Cancelled;
+            return false;
+        }
+        if self.eos.contains(&next) {
+            self.finish = FinishReason::Eos;
+            return false;
+        }
+        self.tokens.push(next);
+        self.history.push(next);
+        if let Some(tok) = self.tokenizer {
+            match self.decoder.push(tok, next) {
+                Ok(piece) => {
+                    if self.emit(&piece) {
+                        self.finish = FinishReason::Stop;
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    self.failure = Some(e.into());
+                    return false;
+                }
+            }
+        }
+        self.tokens.len() < self.max_tokens
+    }
+
+    /// Streams `piece` up to a stop string; true if one was reached.
+    fn emit(&mut self, piece: &str) -> bool {
+        let (out, stopped) = self.stops.push(piece);
+        if !out.is_empty() {
+            (self.on_text)(&out);
+            self.text.push_str(&out);
+        }
+        stopped
+    }
+
+    /// The text held back (an unfinished character, a possible stop
+    /// string's start), once generation has ended other than at a stop.
+    fn finish_text(&mut self) -> Result<()> {
+        if self.finish == FinishReason::Stop {
+            return Ok(());
+        }
+        if let Some(tok) = self.tokenizer {
+            let rest = self.decoder.finish(tok)?;
+            self.emit(&rest);
+        }
+        let tail = self.stops.flush();
+        if !tail.is_empty() {
+            (self.on_text)(&tail);
+            self.text.push_str(&tail);
+        }
+        Ok(())
+    }
+}
+
 impl<B: Backend + 'static> Engine<B> {
     /// Generates a continuation of `prompt` in `session` (which may already
     /// hold earlier turns). `on_text` receives printable text as it arrives.
@@ -56,87 +135,73 @@ impl<B: Backend + 'static> Engine<B> {
         prompt: &[u32],
         params: &GenParams,
         cancel: Option<&AtomicBool>,
-        mut on_text: impl FnMut(&str),
+        on_text: impl FnMut(&str),
     ) -> Result<Generated> {
-        let eos = if params.ignore_eos {
-            Vec::new()
-        } else {
-            self.eos_ids()
+        let mut taker = Taker {
+            eos: if params.ignore_eos {
+                Vec::new()
+            } else {
+                self.eos_ids()
+            },
+            max_tokens: params.max_tokens,
+            cancel,
+            tokenizer: self.tokenizer.as_ref(),
+            decoder: StreamDecoder::new(!params.keep_special),
+            stops: StopStrings::new(params.stop.clone()),
+            on_text,
+            text: String::new(),
+            tokens: Vec::new(),
+            history: prompt.to_vec(),
+            finish: FinishReason::Length,
+            failure: None,
         };
         let mut sampler = Sampler::new(params.sampler.clone());
-        let mut history: Vec<u32> = prompt.to_vec();
-        let mut decoder = StreamDecoder::new(!params.keep_special);
-        let mut stops = StopStrings::new(params.stop.clone());
-        let mut text = String::new();
-        let mut tokens = Vec::new();
-
         // Greedy decoding without penalties is an argmax: chosen where the
-        // logits are (the GPU sends back one id, not the vocabulary); other
-        // settings sample from summaries of them where the backend makes
-        // those (Session::feed_sample).
+        // logits are (the GPU sends back one id, not the vocabulary), one
+        // step ahead of the host (Session::decode_greedy); other settings
+        // sample from summaries of the logits where the backend makes those
+        // (Session::feed_sample).
         let argmax = params.sampler.is_plain_greedy();
-        let mut choose = |session: &mut Session<'_, B>, fed: &[u32], history: &[u32]| {
-            Ok::<_, EngineError>(if argmax {
-                session.feed_argmax(fed)?
-            } else {
-                session.feed_sample(fed, &mut sampler, history)?
-            })
-        };
         let t0 = Instant::now();
-        let mut next = choose(session, prompt, &history)?;
+        let first = if argmax {
+            session.feed_argmax(prompt)?
+        } else {
+            session.feed_sample(prompt, &mut sampler, &taker.history)?
+        };
         let prefill_secs = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let mut finish = FinishReason::Length;
-        let mut emit = |piece: &str, text: &mut String, stops: &mut StopStrings| -> bool {
-            let (out, stopped) = stops.push(piece);
-            if !out.is_empty() {
-                on_text(&out);
-                text.push_str(&out);
-            }
-            stopped
-        };
-        while tokens.len() < params.max_tokens {
-            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                finish = FinishReason::Cancelled;
-                break;
-            }
-            if eos.contains(&next) {
-                finish = FinishReason::Eos;
-                break;
-            }
-            tokens.push(next);
-            history.push(next);
-            if let Some(tok) = &self.tokenizer {
-                let piece = decoder.push(tok, next)?;
-                if emit(&piece, &mut text, &mut stops) {
-                    finish = FinishReason::Stop;
-                    break;
+        if params.max_tokens > 0 && taker.take(first) {
+            // Every taken token but the last is fed.
+            if session.position() >= session.max_context() {
+                taker.finish = FinishReason::Context;
+            } else if argmax {
+                let steps = params.max_tokens - 1;
+                if session.decode_greedy(first, steps, |t| taker.take(t))? == GreedyEnd::ContextFull
+                {
+                    taker.finish = FinishReason::Context;
+                }
+            } else {
+                let mut next = first;
+                loop {
+                    next = session.feed_sample(&[next], &mut sampler, &taker.history)?;
+                    if !taker.take(next) {
+                        break;
+                    }
+                    if session.position() >= session.max_context() {
+                        taker.finish = FinishReason::Context;
+                        break;
+                    }
                 }
             }
-            if tokens.len() == params.max_tokens {
-                break;
-            }
-            if session.position() >= session.max_context() {
-                finish = FinishReason::Context;
-                break;
-            }
-            next = choose(session, &[next], &history)?;
         }
-        if finish != FinishReason::Stop {
-            if let Some(tok) = &self.tokenizer {
-                let rest = decoder.finish(tok)?;
-                emit(&rest, &mut text, &mut stops);
-            }
-            let tail = stops.flush();
-            if !tail.is_empty() {
-                on_text(&tail);
-                text.push_str(&tail);
-            }
+        if let Some(e) = taker.failure.take() {
+            return Err(e);
         }
+        taker.finish_text()?;
         let decode_secs = t1.elapsed().as_secs_f64();
         // Decode speed counts the tokens that needed a forward pass after
         // the prefill: every generated token but the first.
-        let decoded = tokens.len().saturating_sub(1);
+        let decoded = taker.tokens.len().saturating_sub(1);
         Ok(Generated {
             prompt_tokens: prompt.len(),
             prefill_tok_s: prompt.len() as f64 / prefill_secs.max(1e-9),
@@ -145,9 +210,9 @@ impl<B: Backend + 'static> Engine<B> {
             } else {
                 decoded as f64 / decode_secs.max(1e-9)
             },
-            tokens,
-            text,
-            finish_reason: finish,
+            tokens: taker.tokens,
+            text: taker.text,
+            finish_reason: taker.finish,
         })
     }
 }

@@ -19,4 +19,4 @@ pub use families::CausalLm;
 pub use kv_cache::KvCache;
 pub use loader::LoadOptions;
 pub use model::{load_model, load_model_with, load_model_with_spec, read_spec};
-pub use session::Session;
+pub use session::{GreedyEnd, Session};

@@ -42,6 +42,20 @@ struct DecodeGraph<B: Backend> {
     batch: B::Batch,
     /// `[1, vocab]`, written by each replay.
     logits: B::Tensor,
+    /// The step ends by choosing its greedy token into `batch` (see
+    /// [`Session::decode_greedy`]).
+    greedy: bool,
+}
+
+/// Why [`Session::decode_greedy`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GreedyEnd {
+    /// `keep` refused a token (which was not fed).
+    Refused,
+    /// All the steps asked for were fed.
+    Steps,
+    /// `keep` took a token the cache had no room left for.
+    ContextFull,
 }
 
 impl<'m, B: Backend> Session<'m, B> {
@@ -218,17 +232,121 @@ impl<'m, B: Backend> Session<'m, B> {
         Ok(read(self.be, &logits))
     }
 
+    /// Greedy decoding with the host one step ahead of the backend. Feeds
+    /// `first`, then the greedy choice after each fed token, until `steps`
+    /// tokens are fed in all, `keep` refuses a choice, or the cache is
+    /// full. `keep` sees every choice in order, the one after the last
+    /// fed token included. The tokens, the cache and [`Session::tokens`]
+    /// end as a loop of [`Session::feed_argmax`] would leave them.
+    ///
+    /// Each step chooses its token into the batch the next step reads
+    /// ([`Backend::argmax_into_batch`]), so step n + 1 is queued before the
+    /// host has read token n: a GPU never waits for the host between
+    /// steps. Where `keep` refuses a token, the step already queued for it
+    /// is taken back (the cache rewinds one position).
+    pub fn decode_greedy(
+        &mut self,
+        first: u32,
+        steps: usize,
+        mut keep: impl FnMut(u32) -> bool,
+    ) -> Result<GreedyEnd> {
+        if steps == 0 {
+            return Ok(GreedyEnd::Steps);
+        }
+        self.check_feed(&[first])?;
+        let positions = self.cache.reserve(1)?;
+        self.prepare_recording(first, &positions, true)?;
+        let Session {
+            be,
+            model,
+            cache,
+            fed,
+            decode,
+        } = self;
+        let be = *be;
+        let mut own;
+        let (graph, batch) = match decode {
+            Decode::Recorded(g) => {
+                be.set_batch(&mut g.batch, &[first], &positions);
+                (Some(&g.graph), &mut g.batch)
+            }
+            _ => {
+                own = be.batch(&[first], &positions);
+                (None, &mut own)
+            }
+        };
+        // Queues one step on the batch's token and position, its choice
+        // written back into the batch and queued for the host.
+        let step = |batch: &mut B::Batch, cache: &mut KvCache<B>| -> Result<()> {
+            match graph {
+                Some(g) => {
+                    be.replay(g);
+                    cache.advance(1);
+                }
+                None => {
+                    let logits = model.forward_batch(be, batch, 1, cache, false)?;
+                    be.argmax_into_batch(&logits, batch);
+                }
+            }
+            be.queue_tokens(batch);
+            Ok(())
+        };
+        step(batch, cache)?;
+        fed.push(first);
+        let mut fed_n = 1;
+        loop {
+            // The step that feeds the choice about to be read, queued first
+            // where it may be wanted.
+            let ahead = fed_n < steps && cache.len() < cache.max_context();
+            if ahead {
+                step(batch, cache)?;
+            }
+            let token = be.take_tokens(batch)[0];
+            if !keep(token) {
+                if ahead {
+                    be.take_tokens(batch);
+                    cache.truncate(cache.len() - 1);
+                }
+                return Ok(GreedyEnd::Refused);
+            }
+            if fed_n == steps {
+                return Ok(GreedyEnd::Steps);
+            }
+            if !ahead {
+                return Ok(GreedyEnd::ContextFull);
+            }
+            fed.push(token);
+            fed_n += 1;
+        }
+    }
+
+    /// Leaves `self.decode` recorded for steps that do (`greedy`) or do
+    /// not choose their token into the batch, recording again if the
+    /// recording is of the other kind; eager where the backend cannot
+    /// record.
+    fn prepare_recording(&mut self, token: u32, positions: &[u32], greedy: bool) -> Result<()> {
+        let stale = match &self.decode {
+            Decode::Unrecorded => true,
+            Decode::Recorded(g) => g.greedy != greedy,
+            Decode::Eager => false,
+        };
+        if stale {
+            // The old recording's buffers go before the new one's are made.
+            self.decode = Decode::Unrecorded;
+            self.decode = match self.record(token, positions, greedy)? {
+                Some(g) => Decode::Recorded(g),
+                None => Decode::Eager,
+            };
+        }
+        Ok(())
+    }
+
     /// One token: replays the recorded step (recording it on first use),
     /// or runs it eagerly where there is no recording.
     fn decode_step<R>(&mut self, token: u32, read: impl FnOnce(&B, &B::Tensor) -> R) -> Result<R> {
         let positions = self.cache.reserve(1)?;
         let be = self.be;
-        if let Decode::Unrecorded = self.decode {
-            self.decode = match self.record(token, &positions)? {
-                Some(g) => Decode::Recorded(g),
-                None => Decode::Eager,
-            };
-        }
+        self.prepare_recording(token, &positions, false)?;
         let out = match &mut self.decode {
             Decode::Recorded(g) => {
                 be.set_batch(&mut g.batch, &[token], &positions);
@@ -245,13 +363,19 @@ impl<'m, B: Backend> Session<'m, B> {
         Ok(out)
     }
 
-    /// Records one decode step without running it. `None` where the
+    /// Records one decode step without running it (ending with its greedy
+    /// choice written into its batch if `greedy`). `None` where the
     /// backend cannot record (or the recording failed); the cache is left
     /// as it was either way.
-    fn record(&mut self, token: u32, positions: &[u32]) -> Result<Option<DecodeGraph<B>>> {
+    fn record(
+        &mut self,
+        token: u32,
+        positions: &[u32],
+        greedy: bool,
+    ) -> Result<Option<DecodeGraph<B>>> {
         let be = self.be;
         // Everything that outlives the recording is made before it starts.
-        let batch = be.batch(&[token], positions);
+        let mut batch = be.batch(&[token], positions);
         let mut logits = be.tensor(1, self.model.spec().vocab_size);
         if !be.begin_graph() {
             return Ok(None);
@@ -262,6 +386,9 @@ impl<'m, B: Backend> Session<'m, B> {
             .forward_batch(be, &batch, 1, &mut self.cache, false);
         if let Ok(l) = &out {
             be.copy(l, &mut logits);
+            if greedy {
+                be.argmax_into_batch(&logits, &mut batch);
+            }
         }
         // The forward's own logits are freed inside the recording.
         let out = out.map(drop);
@@ -273,6 +400,7 @@ impl<'m, B: Backend> Session<'m, B> {
             graph,
             batch,
             logits,
+            greedy,
         }))
     }
 }

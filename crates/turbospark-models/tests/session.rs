@@ -1,10 +1,11 @@
-//! The session's two ways of reading the last token: `feed` (the logits)
-//! and `feed_argmax` (only the chosen id, taken where the logits are), and
-//! its decode-step bookkeeping on a backend that cannot record graphs.
+//! The session's ways of reading the last token: `feed` (the logits),
+//! `feed_argmax` (only the chosen id, taken where the logits are) and
+//! `decode_greedy` (the host a step ahead), and its decode-step bookkeeping
+//! on a backend that cannot record graphs.
 
 use turbospark_backend::{KvDtype, argmax};
 use turbospark_cpu::Cpu;
-use turbospark_models::{LoadOptions, Session, load_model_with, read_spec};
+use turbospark_models::{CausalLm, GreedyEnd, LoadOptions, Session, load_model_with, read_spec};
 use turbospark_testkit::{fixtures_root, measure, reference, run};
 
 /// Greedy decoding through `feed_argmax` picks, step by step, the argmax of
@@ -71,4 +72,97 @@ fn a_bf16_kv_session_rounds_its_store() {
     // The f32 cache is the reference's numbers.
     let exact = measure(&f32_kv, &r.as_run(), r.vocab);
     assert!(exact.worst_rel_err <= 1e-3, "{}", exact.worst_rel_err);
+}
+
+fn gpt_oss() -> (Box<dyn CausalLm<Cpu>>, Vec<u32>) {
+    let dir = fixtures_root().join("gpt-oss-mxfp4");
+    let r = reference(&dir);
+    let spec = read_spec(&dir).unwrap();
+    let model = load_model_with(&Cpu, &dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+    (model, r.tokens)
+}
+
+/// `decode_greedy` sees the choices a loop of `feed_argmax` makes and
+/// leaves the same tokens and position, `steps` feeds in all.
+#[test]
+fn decode_greedy_chooses_what_feed_argmax_does() {
+    let (model, prompt) = gpt_oss();
+    let ctx = prompt.len() + 16;
+    let mut by_step = Session::new(&Cpu, model.as_ref(), ctx, 5);
+    let mut ahead = Session::new(&Cpu, model.as_ref(), ctx, 5);
+    let first = by_step.feed_argmax(&prompt).unwrap();
+    let mut want = vec![by_step.feed_argmax(&[first]).unwrap()];
+    for _ in 1..12 {
+        want.push(by_step.feed_argmax(&[*want.last().unwrap()]).unwrap());
+    }
+    assert_eq!(ahead.feed_argmax(&prompt).unwrap(), first);
+    let mut got = Vec::new();
+    let end = ahead
+        .decode_greedy(first, 12, |t| {
+            got.push(t);
+            true
+        })
+        .unwrap();
+    assert_eq!(end, GreedyEnd::Steps);
+    assert_eq!(got, want);
+    assert_eq!(ahead.tokens(), by_step.tokens());
+    assert_eq!(ahead.position(), prompt.len() + 12);
+}
+
+/// A refused choice is not fed: the step queued for it is taken back, and
+/// the session goes on (past the 8-wide window of the fixture's sliding
+/// layers, whose ring the taken-back step wrote) exactly as one that never
+/// queued it.
+#[test]
+fn decode_greedy_takes_back_the_step_of_a_refused_token() {
+    let (model, prompt) = gpt_oss();
+    let ctx = prompt.len() + 32;
+    let mut plain = Session::new(&Cpu, model.as_ref(), ctx, 5);
+    let mut ahead = Session::new(&Cpu, model.as_ref(), ctx, 5);
+    let first = plain.feed_argmax(&prompt).unwrap();
+    ahead.feed_argmax(&prompt).unwrap();
+    let mut seen = Vec::new();
+    let end = ahead
+        .decode_greedy(first, 20, |t| {
+            seen.push(t);
+            seen.len() < 5
+        })
+        .unwrap();
+    assert_eq!(end, GreedyEnd::Refused);
+    // Fed: the first token and the four choices kept.
+    assert_eq!(ahead.position(), prompt.len() + 5);
+    // One at a time, as `ahead` fed them (a chunk sums in another order).
+    for &t in [first].iter().chain(&seen[..4]) {
+        plain.feed(&[t], false).unwrap();
+    }
+    assert_eq!(ahead.tokens(), plain.tokens());
+    // Another token where the refused one was, then ten more.
+    let other = (seen[4] + 1) % 256;
+    let mut next = [other];
+    for step in 0..11 {
+        let want = plain.feed(&next, false).unwrap();
+        assert_eq!(ahead.feed(&next, false).unwrap(), want, "step {step}");
+        next = [argmax(&want)];
+    }
+}
+
+/// Where the cache fills first, `decode_greedy` says so after the last
+/// choice it could feed, and `keep` saw that choice.
+#[test]
+fn decode_greedy_stops_at_a_full_context() {
+    let (model, prompt) = gpt_oss();
+    let mut s = Session::new(&Cpu, model.as_ref(), prompt.len() + 3, 5);
+    let first = s.feed_argmax(&prompt).unwrap();
+    let mut seen = 0;
+    let end = s
+        .decode_greedy(first, 10, |_| {
+            seen += 1;
+            true
+        })
+        .unwrap();
+    assert_eq!(end, GreedyEnd::ContextFull);
+    assert_eq!((seen, s.position()), (3, prompt.len() + 3));
+    // No room for even the first token: an error, nothing fed.
+    assert!(s.decode_greedy(first, 1, |_| true).is_err());
+    assert_eq!(s.position(), prompt.len() + 3);
 }

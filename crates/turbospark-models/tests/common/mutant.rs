@@ -84,6 +84,15 @@ impl Backend for Mutant {
     fn set_batch(&self, b: &mut CpuBatch, tokens: &[u32], positions: &[u32]) {
         Cpu.set_batch(b, tokens, positions)
     }
+    fn argmax_into_batch(&self, logits: &CpuTensor, b: &mut CpuBatch) {
+        Cpu.argmax_into_batch(logits, b)
+    }
+    fn queue_tokens(&self, b: &mut CpuBatch) {
+        Cpu.queue_tokens(b)
+    }
+    fn take_tokens(&self, b: &mut CpuBatch) -> Vec<u32> {
+        Cpu.take_tokens(b)
+    }
     fn begin_graph(&self) -> bool {
         false
     }

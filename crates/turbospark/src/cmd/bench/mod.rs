@@ -96,29 +96,43 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     let greedy = sampling.is_plain_greedy();
     let mut sampler = Sampler::new(sampling.clone());
     // No penalties here, so the sampler needs no history.
-    let mut choose = |session: &mut Session<'_, B>, fed: &[u32]| -> Result<u32> {
-        Ok(if greedy {
-            session.feed_argmax(fed)?
+    let choose =
+        |session: &mut Session<'_, B>, fed: &[u32], sampler: &mut Sampler| -> Result<u32> {
+            Ok(if greedy {
+                session.feed_argmax(fed)?
+            } else {
+                session.feed_sample(fed, sampler, &[])?
+            })
+        };
+    // `steps` decode steps after `token`: greedy ones one step ahead of
+    // the host, as `run` takes them (Session::decode_greedy).
+    let decode = |session: &mut Session<'_, B>,
+                  mut token: u32,
+                  steps: usize,
+                  sampler: &mut Sampler|
+     -> Result<()> {
+        if greedy {
+            session.decode_greedy(token, steps, |_| true)?;
         } else {
-            session.feed_sample(fed, &mut sampler, &[])?
-        })
+            for _ in 0..steps {
+                token = choose(session, &[token], sampler)?;
+            }
+        }
+        Ok(())
     };
     for _ in 0..a.warmup {
         let other: Vec<u32> = (0..prompt.len()).map(|_| next()).collect();
         let mut warm = engine.session(prompt.len() + 3);
-        let token = choose(&mut warm, &other)?;
-        let token = choose(&mut warm, &[token])?;
-        choose(&mut warm, &[token])?;
+        let token = choose(&mut warm, &other, &mut sampler)?;
+        decode(&mut warm, token, 2, &mut sampler)?;
     }
     let mut session = engine.session(prompt.len() + a.gen_len + 1);
     let t0 = Instant::now();
-    let mut token = choose(&mut session, &prompt)?;
+    let token = choose(&mut session, &prompt, &mut sampler)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     sample_gpu(&engine.be)?;
     let t1 = Instant::now();
-    for _ in 0..a.gen_len {
-        token = choose(&mut session, &[token])?;
-    }
+    decode(&mut session, token, a.gen_len, &mut sampler)?;
     let decode_s = t1.elapsed().as_secs_f64();
     sample_gpu(&engine.be)?;
     let recorded = session.decode_recorded();
