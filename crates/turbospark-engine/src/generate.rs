@@ -1,7 +1,9 @@
 //! The generation loop: prefill the prompt, then sample and feed one token
 //! at a time until EOS, a stop string, the token limit, the context limit or
 //! a cancel request. Text is streamed through a callback in pieces that are
-//! whole UTF-8 and never include (the start of) a stop string.
+//! whole UTF-8 and never include (the start of) a stop string. Greedy
+//! requests decode a step ahead of the host (`Session::decode_greedy`):
+//! the rules that end a generation run while the next step already does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
