@@ -179,20 +179,23 @@ fn recorded_decode_equals_eager_decode() {
                 "{name}: the decode step was not recorded"
             );
             assert!(!eager.decode_recorded());
-            let mean = b.iter().sum::<f32>() / b.len() as f32;
-            let std = (b.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / b.len() as f32).sqrt();
-            let err = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
-            assert!(
-                err <= 1e-3 * std,
-                "{name}: step {step}: recorded vs eager max|Δ| {err} (std {std})"
-            );
+            assert_same_step(&a, &b, &format!("{name}: step {step}: recorded vs eager"));
         }
         println!("{name:>16}: 12 recorded decode steps equal the eager ones");
     }
+}
+
+/// Logits `a` of a decode step within 1e-3 of `b`'s std from `b` (see
+/// `recorded_decode_equals_eager_decode` for why that bound).
+fn assert_same_step(a: &[f32], b: &[f32], what: &str) {
+    let mean = b.iter().sum::<f32>() / b.len() as f32;
+    let std = (b.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / b.len() as f32).sqrt();
+    let err = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(err <= 1e-3 * std, "{what}: max|Δ| {err} (std {std})");
 }
 
 /// Greedy decoding a step ahead of the host (`decode_greedy`: the recorded
@@ -258,17 +261,7 @@ fn greedy_decode_ahead_chooses_what_feed_argmax_does() {
         for step in 0..12 {
             let a = ahead.feed(&[next], false).unwrap();
             let b = plain.feed(&[next], false).unwrap();
-            let mean = b.iter().sum::<f32>() / b.len() as f32;
-            let std = (b.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / b.len() as f32).sqrt();
-            let err = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
-            assert!(
-                err <= 1e-3 * std,
-                "{name}: step {step}: max|Δ| {err} (std {std})"
-            );
+            assert_same_step(&a, &b, &format!("{name}: step {step}"));
             next = argmax(&b);
             assert_eq!(argmax(&a), next, "{name}: step {step}");
         }
