@@ -14,10 +14,11 @@
 //! uploads) wait for it. Buffers come from the stream-ordered pool
 //! (`cuMemAllocAsync`), which keeps freed memory for reuse; recorded graphs
 //! (`begin_graph`) capture that stream, allocations included. This module
-//! owns the device handle, the tensor and batch types and the trait's
-//! dispatch; it must not know about model families.
+//! owns the device handle, the tensor type and the trait's dispatch (the
+//! batch type is [`batch`]'s); it must not know about model families.
 
 pub mod attention;
+pub mod batch;
 pub mod compile;
 pub mod device_info;
 pub mod flash_attention;
@@ -31,14 +32,15 @@ pub mod rope_kv;
 pub mod sample;
 pub mod weight;
 
-use std::collections::VecDeque;
+pub use batch::CudaBatch;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError,
-    PinnedHostSlice, ValidAsZeroBits, result, sys,
+    CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError,
+    ValidAsZeroBits, result, sys,
 };
 use turbospark_backend::scores::Keep;
 use turbospark_backend::{
@@ -99,36 +101,6 @@ pub struct CudaTensor {
     pub data: CudaSlice<f32>,
     pub rows: usize,
     pub cols: usize,
-}
-
-/// The token ids and positions of one forward call: device copies the
-/// kernels read, and host copies for shape checks and launch geometry
-/// (`argmax_into_batch` moves `host_positions` on with the device's; the
-/// tokens it chooses are on the device only).
-pub struct CudaBatch {
-    pub tokens: CudaSlice<u32>,
-    pub positions: CudaSlice<u32>,
-    pub host_tokens: Vec<u32>,
-    pub host_positions: Vec<u32>,
-    /// `argmax_feed`'s keys and tickets, a row each (0 between launches).
-    argmax: (CudaSlice<u64>, CudaSlice<u32>),
-    /// Copies of `tokens` queued for the host (`queue_tokens`), oldest
-    /// first, each with the event recorded behind it, and page-locked
-    /// buffers and events for the next ones.
-    reads: VecDeque<TokenRead>,
-    spare: Vec<TokenRead>,
-}
-
-/// A page-locked copy of a batch's tokens and the event that says it has
-/// landed. The event is ours: with the context's event tracking off
-/// (`Cuda::new`), cudarc records none for the page-locked buffer, so its
-/// own `as_slice` would not wait for the copy.
-struct TokenRead(PinnedHostSlice<u32>, CudaEvent);
-
-impl CudaBatch {
-    pub fn rows(&self) -> usize {
-        self.host_tokens.len()
-    }
 }
 
 /// A recorded and instantiated CUDA graph.
@@ -562,44 +534,11 @@ impl Backend for Cuda {
     }
 
     fn batch(&self, tokens: &[u32], positions: &[u32]) -> CudaBatch {
-        assert_eq!(
-            tokens.len(),
-            positions.len(),
-            "batch: one position per token"
-        );
-        CudaBatch {
-            tokens: self.upload_slice(tokens),
-            positions: self.upload_slice(positions),
-            host_tokens: tokens.to_vec(),
-            host_positions: positions.to_vec(),
-            argmax: (self.zeros(tokens.len()), self.zeros(tokens.len())),
-            reads: VecDeque::new(),
-            spare: Vec::new(),
-        }
+        CudaBatch::new(self, tokens, positions)
     }
 
     fn set_batch(&self, b: &mut CudaBatch, tokens: &[u32], positions: &[u32]) {
-        assert!(
-            tokens.len() == b.rows() && positions.len() == b.rows(),
-            "set_batch: {} rows, given {} tokens and {} positions",
-            b.rows(),
-            tokens.len(),
-            positions.len()
-        );
-        if tokens.is_empty() {
-            return;
-        }
-        let copy = |src: &[u32], dst: &mut CudaSlice<u32>| {
-            self.stream
-                .memcpy_htod(src, &mut dst.slice_mut(..src.len()))
-                .unwrap_or_else(|e| panic!("CUDA: uploading a batch: {e}"))
-        };
-        copy(tokens, &mut b.tokens);
-        copy(positions, &mut b.positions);
-        b.host_tokens.copy_from_slice(tokens);
-        b.host_positions.copy_from_slice(positions);
-        let dropped = b.reads.drain(..).collect::<Vec<_>>();
-        b.spare.extend(dropped);
+        b.set(self, tokens, positions)
     }
 
     fn argmax_into_batch(&self, logits: &CudaTensor, b: &mut CudaBatch) {
@@ -607,37 +546,11 @@ impl Backend for Cuda {
     }
 
     fn queue_tokens(&self, b: &mut CudaBatch) {
-        let fail = |e: DriverError| -> ! { panic!("CUDA: queueing a copy of the tokens: {e}") };
-        let mut read = match b.spare.pop() {
-            Some(r) => r,
-            None => TokenRead(
-                // SAFETY: the copy below fills it before `take_tokens` reads
-                // it. Plain page-locked memory (not write-combined, which is
-                // slow to read): the host reads it.
-                unsafe { self.ctx.alloc_pinned_with_flags::<u32>(b.rows().max(1), 0) }
-                    .unwrap_or_else(|e| fail(e)),
-                self.ctx
-                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                    .unwrap_or_else(|e| fail(e)),
-            ),
-        };
-        self.stream
-            .memcpy_dtoh(&b.tokens, &mut read.0)
-            .unwrap_or_else(|e| fail(e));
-        read.1.record(&self.stream).unwrap_or_else(|e| fail(e));
-        b.reads.push_back(read);
+        b.queue_tokens(self)
     }
 
     fn take_tokens(&self, b: &mut CudaBatch) -> Vec<u32> {
-        let read = b
-            .reads
-            .pop_front()
-            .expect("take_tokens: no copy of the tokens was queued");
-        let fail = |e: DriverError| -> ! { panic!("CUDA: reading the tokens back: {e}") };
-        read.1.synchronize().unwrap_or_else(|e| fail(e));
-        let tokens = read.0.as_slice().unwrap_or_else(|e| fail(e))[..b.rows()].to_vec();
-        b.spare.push(read);
-        tokens
+        b.take_tokens()
     }
 
     fn begin_graph(&self) -> bool {
