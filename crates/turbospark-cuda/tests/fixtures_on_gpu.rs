@@ -42,8 +42,10 @@ mod common;
 use turbospark_backend::{KvDtype, argmax};
 use turbospark_cpu::Cpu;
 use turbospark_cuda::Precision;
-use turbospark_models::{GreedyEnd, LoadOptions, Session, load_model_with, read_spec};
-use turbospark_testkit::{Comparison, all_fixtures, compare_fixture_kv, measure, reference, run};
+use turbospark_models::{CausalLm, GreedyEnd, LoadOptions, Session, load_model_with, read_spec};
+use turbospark_testkit::{
+    Comparison, Reference, all_fixtures, compare_fixture_kv, measure, reference, run,
+};
 
 /// A precision's bounds (see the module documentation).
 struct Bounds {
@@ -159,10 +161,7 @@ fn every_fixture_matches_transformers_on_the_gpu() {
 fn recorded_decode_equals_eager_decode() {
     let Some(be) = common::gpu() else { return };
     for dir in all_fixtures() {
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let r = reference(&dir);
-        let spec = read_spec(&dir).unwrap();
-        let model = load_model_with(&be, &dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+        let (name, r, model) = load_fixture(&be, &dir);
         let ctx = r.tokens.len() + 16;
         let mut recorded = Session::new(&be, model.as_ref(), ctx, 512);
         let mut eager = Session::new(&be, model.as_ref(), ctx, 512);
@@ -183,6 +182,18 @@ fn recorded_decode_equals_eager_decode() {
         }
         println!("{name:>16}: 12 recorded decode steps equal the eager ones");
     }
+}
+
+/// The fixture in `dir` on the GPU: its name, transformers' reference and
+/// the model.
+fn load_fixture(
+    be: &turbospark_cuda::Cuda,
+    dir: &std::path::Path,
+) -> (String, Reference, Box<dyn CausalLm<turbospark_cuda::Cuda>>) {
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let spec = read_spec(dir).unwrap();
+    let model = load_model_with(be, dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+    (name, reference(dir), model)
 }
 
 /// Logits `a` of a decode step within 1e-3 of `b`'s std from `b` (see
@@ -210,10 +221,7 @@ fn assert_same_step(a: &[f32], b: &[f32], what: &str) {
 fn greedy_decode_ahead_chooses_what_feed_argmax_does() {
     let Some(be) = common::gpu() else { return };
     for dir in all_fixtures() {
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let r = reference(&dir);
-        let spec = read_spec(&dir).unwrap();
-        let model = load_model_with(&be, &dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+        let (name, r, model) = load_fixture(&be, &dir);
         let ctx = r.tokens.len() + 32;
         let session = || Session::new(&be, model.as_ref(), ctx, 512);
         let mut by_step = session();
