@@ -102,11 +102,16 @@ impl<F: FnMut(&str)> Taker<'_, F> {
     /// Streams `piece` up to a stop string; true if one was reached.
     fn emit(&mut self, piece: &str) -> bool {
         let (out, stopped) = self.stops.push(piece);
-        if !out.is_empty() {
-            (self.on_text)(&out);
-            self.text.push_str(&out);
-        }
+        self.send(&out);
         stopped
+    }
+
+    /// Hands text past the stop-string check to the caller and keeps it.
+    fn send(&mut self, out: &str) {
+        if !out.is_empty() {
+            (self.on_text)(out);
+            self.text.push_str(out);
+        }
     }
 
     /// The text held back (an unfinished character, a possible stop
@@ -120,10 +125,7 @@ impl<F: FnMut(&str)> Taker<'_, F> {
             self.emit(&rest);
         }
         let tail = self.stops.flush();
-        if !tail.is_empty() {
-            (self.on_text)(&tail);
-            self.text.push_str(&tail);
-        }
+        self.send(&tail);
         Ok(())
     }
 }
