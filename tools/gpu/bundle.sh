@@ -16,7 +16,7 @@ paths=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Exec
 rm -rf .device
 mkdir -p .device
 cp target/release/turbospark .device/
-tests="parity parity_kv parity_linear parity_moe sampling fixtures_on_gpu flash_attention"
+tests="parity parity_kv parity_linear parity_moe sampling fixtures_on_gpu flash_attention memory"
 for t in $tests; do
     cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t"
 done

@@ -15,7 +15,7 @@ OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 export TURBOSPARK_FIXTURES=$PWD/tests/fixtures TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
 D=.device
-for t in parity parity_kv parity_linear parity_moe sampling flash_attention fixtures_on_gpu; do
+for t in parity parity_kv parity_linear parity_moe sampling flash_attention fixtures_on_gpu memory; do
     echo "=== $t"
     timeout 300 "$D/$t" --test-threads=1 2>&1 | grep -v "^$" | tail -40
 done > "$OUT/tests.txt" 2>&1

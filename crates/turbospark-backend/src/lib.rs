@@ -25,7 +25,44 @@ pub enum BackendError {
     Format(#[from] FormatError),
     #[error("{0}")]
     Unsupported(String),
+    /// An allocation the device (or host) could not make: a model or a
+    /// context too large for it. The message says how much was asked, how
+    /// much the device has, and what to change.
+    #[error(
+        "out of {device} memory: {what} needs {} more, {}; {hint}",
+        gib(*.need),
+        .free.map_or_else(|| "the allocation failed".to_string(), |(free, total)| format!("{} free of {}", gib(free), gib(total)))
+    )]
+    OutOfMemory {
+        /// "GPU" or "host".
+        device: &'static str,
+        /// What was being allocated, e.g. "tensor `model.embed_tokens.weight`".
+        what: String,
+        need: u64,
+        /// (free, total) bytes of the device, where it can say.
+        free: Option<(u64, u64)>,
+        hint: &'static str,
+    },
+    /// A device operation other than an allocation failed.
+    #[error("{0}")]
+    Device(String),
 }
+
+/// Bytes as GiB with two decimals (MiB, KiB below those), for memory
+/// messages.
+fn gib(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..0x10_0000 => format!("{:.1} KiB", b / 1024.0),
+        0x10_0000..0x4000_0000 => format!("{:.1} MiB", b / f64::from(1 << 20)),
+        _ => format!("{:.2} GiB", b / f64::from(1 << 30)),
+    }
+}
+
+/// The hint of an [`BackendError::OutOfMemory`] raised while loading weights.
+pub const WEIGHTS_HINT: &str = "load fewer bytes (--quant int8 or int4, a smaller model) or run on another device (--device cpu)";
+/// The hint of an [`BackendError::OutOfMemory`] raised while allocating a KV cache.
+pub const KV_HINT: &str = "lower --context, keep keys and values in bf16 (--kv-cache-dtype bf16), or free memory on the device";
 
 pub type Result<T> = std::result::Result<T, BackendError>;
 
@@ -436,7 +473,9 @@ pub trait Backend: Send + Sync {
         let _ = model;
         KvDtype::F32
     }
-    fn kv_alloc(&self, spec: KvSpec) -> Self::Kv;
+    /// A KV store of `spec`; fails with [`BackendError::OutOfMemory`] where
+    /// the device cannot hold it.
+    fn kv_alloc(&self, spec: KvSpec) -> Result<Self::Kv>;
     /// Stores rows of `k` and `v` at slots `position % capacity`.
     fn kv_write(&self, kv: &mut Self::Kv, k: &Self::Tensor, v: &Self::Tensor, batch: &Self::Batch);
     /// What attention does after its projections: [`Backend::rope`] on `q`
@@ -519,5 +558,52 @@ pub trait Backend: Send + Sync {
         params: &MoeParams,
     ) {
         rms_norm_moe_parts(self, x, norm, eps, router, experts, params);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_says_how_much_what_is_free_and_what_to_change() {
+        let e = BackendError::OutOfMemory {
+            device: "GPU",
+            what: "tensor `lm_head.weight`".into(),
+            need: 1_050_673_152,
+            free: Some((512 << 20, 80 << 30)),
+            hint: WEIGHTS_HINT,
+        };
+        assert_eq!(
+            e.to_string(),
+            "out of GPU memory: tensor `lm_head.weight` needs 1002.0 MiB more, 512.0 MiB free of \
+             80.00 GiB; load fewer bytes (--quant int8 or int4, a smaller model) or run on another \
+             device (--device cpu)"
+        );
+        let e = BackendError::OutOfMemory {
+            device: "host",
+            what: "a layer's KV cache".into(),
+            need: 3 << 30,
+            free: None,
+            hint: KV_HINT,
+        };
+        assert!(
+            e.to_string().starts_with(
+                "out of host memory: a layer's KV cache needs 3.00 GiB more, the allocation failed; lower --context"
+            ),
+            "{e}"
+        );
+        let e = BackendError::OutOfMemory {
+            device: "GPU",
+            what: "a copy of 8192 elements".into(),
+            need: 8192,
+            free: Some((0, 1 << 30)),
+            hint: "",
+        };
+        assert!(
+            e.to_string()
+                .contains("needs 8.0 KiB more, 0.0 KiB free of 1.00 GiB"),
+            "{e}"
+        );
     }
 }

@@ -16,11 +16,12 @@
 //! attention in one launch). It must not synchronise with the host.
 
 use cudarc::driver::{CudaFunction, CudaSlice};
-use turbospark_backend::{AttnParams, KvDtype, KvSpec, RopeTable};
+use turbospark_backend::{AttnParams, KvDtype, KvSpec, Result, RopeTable};
 use turbospark_format::AttnSpan;
 
 use crate::flash_attention::{flash_attention, flash_supported};
 use crate::kernels::{Arg, RopeFreqs};
+use crate::memory::Purpose;
 use crate::rope_kv::{Rotation, rope_kv_write};
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaBatch, CudaTensor, Precision};
@@ -142,14 +143,24 @@ pub struct CudaKv {
 }
 
 impl CudaKv {
-    pub(crate) fn new(be: &Cuda, spec: KvSpec) -> Self {
+    pub(crate) fn new(be: &Cuda, spec: KvSpec) -> Result<Self> {
         let bytes = spec.capacity * spec.kv_dim * spec.dtype.bytes();
-        CudaKv {
+        let what = || {
+            format!(
+                "a layer's KV cache ({} positions of {} {:?} keys and values)",
+                spec.capacity, spec.kv_dim, spec.dtype
+            )
+        };
+        let purpose = Purpose {
+            what: &what,
+            hint: turbospark_backend::KV_HINT,
+        };
+        Ok(CudaKv {
             spec,
-            k: be.zeros(bytes),
-            v: be.zeros(bytes),
-            slot_pos: be.upload_slice(&vec![-1i64; spec.capacity]),
-        }
+            k: be.try_zeros(bytes, &purpose)?,
+            v: be.try_zeros(bytes, &purpose)?,
+            slot_pos: be.try_upload(&vec![-1i64; spec.capacity], &purpose)?,
+        })
     }
 
     /// The kernel of `f32` for an f32 store, else of `bf16`.

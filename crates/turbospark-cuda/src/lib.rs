@@ -26,6 +26,7 @@ pub mod gemm;
 pub mod gemv;
 pub mod kernels;
 pub mod linear;
+mod memory;
 pub mod moe;
 pub mod ops;
 pub mod rope_kv;
@@ -33,6 +34,7 @@ pub mod sample;
 pub mod weight;
 
 pub use batch::CudaBatch;
+use memory::Purpose;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -322,9 +324,9 @@ impl Cuda {
 
     /// A zeroed device buffer of `n` elements (at least one).
     pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> CudaSlice<T> {
-        self.stream
-            .alloc_zeros(n.max(1))
-            .unwrap_or_else(|e| panic!("CUDA: allocating {n} elements: {e}"))
+        let what = || format!("{n} elements");
+        self.try_zeros(n, &Purpose::forward(&what))
+            .unwrap_or_else(|e| panic!("CUDA: {e}"))
     }
 
     /// An uninitialised device buffer of `n` elements (at least one), for
@@ -332,18 +334,15 @@ impl Cuda {
     pub(crate) fn scratch<T: DeviceRepr>(&self, n: usize) -> CudaSlice<T> {
         // SAFETY: every caller's kernels write all `n` elements before any
         // read (see the call sites); the memory is never exposed otherwise.
-        unsafe { self.stream.alloc(n.max(1)) }
+        self.with_room(|| unsafe { self.stream.alloc(n.max(1)) })
             .unwrap_or_else(|e| panic!("CUDA: allocating {n} elements: {e}"))
     }
 
     /// A device copy of `v` (one zero element when `v` is empty).
     pub(crate) fn upload_slice<T: DeviceRepr + ValidAsZeroBits>(&self, v: &[T]) -> CudaSlice<T> {
-        if v.is_empty() {
-            return self.zeros(1);
-        }
-        self.stream
-            .clone_htod(v)
-            .unwrap_or_else(|e| panic!("CUDA: uploading {} elements: {e}", v.len()))
+        let what = || format!("a copy of {} elements", v.len());
+        self.try_upload(v, &Purpose::forward(&what))
+            .unwrap_or_else(|e| panic!("CUDA: {e}"))
     }
 
     pub(crate) fn launch(
@@ -574,7 +573,7 @@ impl Backend for Cuda {
     }
 
     fn replay(&self, g: &Recording) {
-        g.0.launch()
+        self.with_room(|| g.0.launch())
             .unwrap_or_else(|e| panic!("CUDA: replaying a graph: {e}"));
     }
 
@@ -671,7 +670,7 @@ impl Backend for Cuda {
         }
     }
 
-    fn kv_alloc(&self, spec: KvSpec) -> CudaKv {
+    fn kv_alloc(&self, spec: KvSpec) -> Result<CudaKv> {
         CudaKv::new(self, spec)
     }
 

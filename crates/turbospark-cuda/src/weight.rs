@@ -11,6 +11,7 @@ use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
 use turbospark_format::{DType, HostTensor};
 
 use crate::Cuda;
+use crate::memory::Purpose;
 
 /// Element type of a dense weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,10 +122,11 @@ impl CudaWeight {
                 t.dtype.name()
             )));
         }
+        let what = || format!("tensor `{}`", t.name);
         Ok(CudaWeight {
             data: WeightData::Dense {
                 dtype,
-                bytes: be.upload_slice(t.bytes),
+                bytes: be.try_upload(t.bytes, &weights(&what))?,
             },
             shape: t.shape.to_vec(),
         })
@@ -136,10 +138,11 @@ impl CudaWeight {
         scales: &HostTensor<'_>,
     ) -> Result<Self> {
         let shape = turbospark_backend::mxfp4_shape(blocks, scales)?;
+        let what = || format!("tensor `{}`", blocks.name);
         Ok(CudaWeight {
             data: WeightData::Mxfp4 {
-                blocks: be.upload_slice(blocks.bytes),
-                scales: be.upload_slice(scales.bytes),
+                blocks: be.try_upload(blocks.bytes, &weights(&what))?,
+                scales: be.try_upload(scales.bytes, &weights(&what))?,
             },
             shape,
         })
@@ -155,11 +158,12 @@ impl CudaWeight {
         let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant)
             .map_err(|e| BackendError::Unsupported(format!("tensor `{}`: {e}", t.name)))?;
         let scale_bits: Vec<u16> = scales.iter().map(|s| s.to_bits()).collect();
+        let what = || format!("tensor `{}` ({quant:?})", t.name);
         Ok(CudaWeight {
             data: WeightData::Quantized {
                 quant,
-                codes: be.upload_slice(&codes),
-                scales: be.upload_slice(&scale_bits),
+                codes: be.try_upload(&codes, &weights(&what))?,
+                scales: be.try_upload(&scale_bits, &weights(&what))?,
             },
             shape: t.shape.to_vec(),
         })
@@ -173,12 +177,22 @@ impl CudaWeight {
             )));
         }
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let what = || format!("an f32 weight of shape {shape:?}");
         Ok(CudaWeight {
             data: WeightData::Dense {
                 dtype: Dense::F32,
-                bytes: be.upload_slice(&bytes),
+                bytes: be.try_upload(&bytes, &weights(&what))?,
             },
             shape: shape.to_vec(),
         })
+    }
+}
+
+/// A weight's upload: its failure names the tensor and says to load fewer
+/// bytes.
+fn weights<'a>(what: &'a dyn Fn() -> String) -> Purpose<'a> {
+    Purpose {
+        what,
+        hint: turbospark_backend::WEIGHTS_HINT,
     }
 }

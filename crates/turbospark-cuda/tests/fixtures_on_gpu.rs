@@ -163,8 +163,8 @@ fn recorded_decode_equals_eager_decode() {
     for dir in all_fixtures() {
         let (name, r, model) = load_fixture(&be, &dir);
         let ctx = r.tokens.len() + 16;
-        let mut recorded = Session::new(&be, model.as_ref(), ctx, 512);
-        let mut eager = Session::new(&be, model.as_ref(), ctx, 512);
+        let mut recorded = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
+        let mut eager = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
         eager.set_eager(true);
         let mut a = recorded.feed(&r.tokens, false).unwrap();
         let mut b = eager.feed(&r.tokens, false).unwrap();
@@ -223,7 +223,7 @@ fn greedy_decode_ahead_chooses_what_feed_argmax_does() {
     for dir in all_fixtures() {
         let (name, r, model) = load_fixture(&be, &dir);
         let ctx = r.tokens.len() + 32;
-        let session = || Session::new(&be, model.as_ref(), ctx, 512);
+        let session = || Session::new(&be, model.as_ref(), ctx, 512).unwrap();
         let mut by_step = session();
         let first = by_step.feed_argmax(&r.tokens).unwrap();
         let mut want = Vec::new();

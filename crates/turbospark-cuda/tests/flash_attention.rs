@@ -107,7 +107,11 @@ fn flash_run(
         dtype: KvDtype::Bf16,
         ..spec
     };
-    let mut kvs = (Cpu.kv_alloc(spec), g.kv_alloc(spec), g.kv_alloc(bf16));
+    let mut kvs = (
+        Cpu.kv_alloc(spec).unwrap(),
+        g.kv_alloc(spec).unwrap(),
+        g.kv_alloc(bf16).unwrap(),
+    );
     let s = sink_dtype.map(|dt| weight(g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
     let mut pos = 0u32;
     let mut cached = 0;

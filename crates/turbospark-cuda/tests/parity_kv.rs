@@ -48,7 +48,7 @@ fn kv_store_follows_the_ring() {
             kv_dim: 16,
             dtype,
         };
-        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
         // Fill, wrap, then one call with more rows than slots (the last wins).
         for positions in [
             (0u32..5).collect::<Vec<_>>(),
@@ -140,8 +140,8 @@ fn rope_kv_write_equals_rope_rope_kv_write() {
             kv_dim,
             dtype,
         };
-        let mut ckv = Cpu.kv_alloc(spec);
-        let (mut fused, mut apart) = (g.kv_alloc(spec), g.kv_alloc(spec));
+        let mut ckv = Cpu.kv_alloc(spec).unwrap();
+        let (mut fused, mut apart) = (g.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
         let mut pos = 4090u32;
         for n in [3, 5, 1, 9, 1] {
             let positions: Vec<u32> = (pos..pos + n as u32).collect();
@@ -215,7 +215,7 @@ fn recorded_rope_kv_write_replays_at_new_positions() {
             kv_dim,
             dtype,
         };
-        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
         let (mut gq, mut gk, mut gv) =
             (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
         let mut gb = g.batch(&[0], &[0]);
@@ -255,7 +255,7 @@ fn attention_run(
         kv_dim,
         dtype,
     };
-    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+    let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
     let s = sinks.map(|dt| weight(g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
     let mut pos = 0u32;
     for &n in chunks {
@@ -414,7 +414,7 @@ fn recorded_decode_attention_replays_at_new_positions() {
             kv_dim,
             dtype,
         };
-        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec), g.kv_alloc(spec));
+        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
         let (mut gq, mut gk, mut gv) =
             (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
         let mut gb = g.batch(&[0], &[0]);
@@ -637,8 +637,11 @@ fn rope_kv_attention_steps_equal_the_cpus() {
             kv_dim,
             dtype,
         };
-        let (mut ckv, mut gkv, mut apart) =
-            (Cpu.kv_alloc(spec), g.kv_alloc(spec), g.kv_alloc(spec));
+        let (mut ckv, mut gkv, mut apart) = (
+            Cpu.kv_alloc(spec).unwrap(),
+            g.kv_alloc(spec).unwrap(),
+            g.kv_alloc(spec).unwrap(),
+        );
         let s = sinks.map(|dt| weight(&g, &rng.vec(p.num_heads, 2.0), &[p.num_heads], dt));
         // The prompt: several rows, the two-operation path on both.
         let positions: Vec<u32> = (0..prompt as u32).collect();

@@ -63,11 +63,18 @@ impl<B: Backend + 'static> Engine<B> {
     }
 
     /// A new sequence with room for `max_context` positions, fed at most
-    /// the backend's `prefill_chunk()` prompt tokens per forward call.
-    pub fn session(&self, max_context: usize) -> Session<'_, B> {
+    /// the backend's `prefill_chunk()` prompt tokens per forward call. Fails
+    /// where the backend cannot hold its KV cache.
+    pub fn session(&self, max_context: usize) -> Result<Session<'_, B>> {
         let ctx = max_context.max(1);
         let chunk = self.be.prefill_chunk().min(ctx);
-        Session::with_kv_dtype(&self.be, self.model.as_ref(), ctx, chunk, self.kv_dtype())
+        Ok(Session::with_kv_dtype(
+            &self.be,
+            self.model.as_ref(),
+            ctx,
+            chunk,
+            self.kv_dtype(),
+        )?)
     }
 
     /// Token ids that end generation: generation_config.json's, else

@@ -33,7 +33,7 @@ impl<B: Backend + 'static> Engine<B> {
         let mut scored = 0usize;
         let mut windows = 0usize;
         for window in tokens.chunks(context).filter(|w| w.len() >= 2) {
-            let mut session = self.session(window.len());
+            let mut session = self.session(window.len())?;
             let logits = session.feed(window, true)?;
             for (row, &next) in logits.chunks_exact(vocab).zip(&window[1..]) {
                 let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;

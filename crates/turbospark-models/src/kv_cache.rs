@@ -30,7 +30,7 @@ impl<B: Backend> KvCache<B> {
         max_context: usize,
         max_chunk: usize,
         dtype: KvDtype,
-    ) -> Self {
+    ) -> Result<Self> {
         let max_chunk = max_chunk.min(max_context).max(1);
         let layers = spec
             .layer_spans
@@ -46,14 +46,14 @@ impl<B: Backend> KvCache<B> {
                     dtype,
                 })
             })
-            .collect();
-        KvCache {
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(KvCache {
             layers,
             len: 0,
             max_context,
             max_chunk,
             dtype,
-        }
+        })
     }
 
     /// Positions filled so far (the position of the next token).
@@ -105,9 +105,14 @@ impl<B: Backend> KvCache<B> {
         self.len = self.len.min(len);
     }
 
-    /// Forgets the sequence by starting from fresh storage.
-    pub fn clear(&mut self, be: &B, spec: &ModelSpec) {
-        *self = Self::new(be, spec, self.max_context, self.max_chunk, self.dtype);
+    /// Forgets the sequence by starting from fresh storage. The old
+    /// storage is freed first, so the two are never held at once; if the
+    /// new one cannot be allocated, the cache holds no layers and the
+    /// error says why.
+    pub fn clear(&mut self, be: &B, spec: &ModelSpec) -> Result<()> {
+        self.layers.clear();
+        *self = Self::new(be, spec, self.max_context, self.max_chunk, self.dtype)?;
+        Ok(())
     }
 }
 
@@ -131,18 +136,18 @@ mod tests {
     #[test]
     fn sliding_layers_hold_window_plus_chunk_whatever_the_context() {
         for context in [1024, 131_072] {
-            let cache = KvCache::new(&Cpu, &spec(), context, 512, KvDtype::F32);
+            let cache = KvCache::new(&Cpu, &spec(), context, 512, KvDtype::F32).unwrap();
             let caps: Vec<usize> = cache.layers.iter().map(|kv| kv.spec.capacity).collect();
             assert_eq!(caps, vec![128 + 512, context, 128 + 512, context]);
         }
         // A context shorter than the ring needs no more than the context.
-        let cache = KvCache::new(&Cpu, &spec(), 200, 512, KvDtype::F32);
+        let cache = KvCache::new(&Cpu, &spec(), 200, 512, KvDtype::F32).unwrap();
         assert!(cache.layers.iter().all(|kv| kv.spec.capacity == 200));
     }
 
     #[test]
     fn reserve_refuses_past_the_context_and_truncate_rewinds() {
-        let mut cache = KvCache::new(&Cpu, &spec(), 16, 8, KvDtype::F32);
+        let mut cache = KvCache::new(&Cpu, &spec(), 16, 8, KvDtype::F32).unwrap();
         assert_eq!(cache.reserve(3).unwrap(), vec![0, 1, 2]);
         cache.advance(3);
         assert_eq!(cache.reserve(2).unwrap(), vec![3, 4]);

@@ -66,7 +66,7 @@ impl<'m, B: Backend> Session<'m, B> {
         model: &'m dyn CausalLm<B>,
         max_context: usize,
         max_chunk: usize,
-    ) -> Self {
+    ) -> Result<Self> {
         let kv = be.kv_dtype(model.spec().dtype);
         Self::with_kv_dtype(be, model, max_context, max_chunk, kv)
     }
@@ -78,15 +78,15 @@ impl<'m, B: Backend> Session<'m, B> {
         max_context: usize,
         max_chunk: usize,
         kv: KvDtype,
-    ) -> Self {
-        let cache = KvCache::new(be, model.spec(), max_context, max_chunk, kv);
-        Session {
+    ) -> Result<Self> {
+        let cache = KvCache::new(be, model.spec(), max_context, max_chunk, kv)?;
+        Ok(Session {
             be,
             model,
             cache,
             fed: Vec::new(),
             decode: Decode::Unrecorded,
-        }
+        })
     }
 
     /// Whether decode steps replay a recording (after the first decode
@@ -113,13 +113,15 @@ impl<'m, B: Backend> Session<'m, B> {
         self.cache.max_context()
     }
 
-    pub fn reset(&mut self) {
-        self.cache.clear(self.be, self.model.spec());
-        self.fed.clear();
+    /// Forgets the sequence: an empty cache on fresh storage. Fails only
+    /// where the device can no longer hold the cache it held before.
+    pub fn reset(&mut self) -> Result<()> {
         // The recording points at the old KV storage.
         if let Decode::Recorded(_) = self.decode {
             self.decode = Decode::Unrecorded;
         }
+        self.fed.clear();
+        self.cache.clear(self.be, self.model.spec())
     }
 
     /// The tokens fed so far.

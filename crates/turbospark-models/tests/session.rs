@@ -18,8 +18,8 @@ fn feed_argmax_is_the_argmax_of_feed() {
     let spec = read_spec(&dir).unwrap();
     let model = load_model_with(&Cpu, &dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
     let ctx = r.tokens.len() + 16;
-    let mut by_logits = Session::new(&Cpu, model.as_ref(), ctx, 5);
-    let mut by_id = Session::new(&Cpu, model.as_ref(), ctx, 5);
+    let mut by_logits = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
+    let mut by_id = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
     let mut want = argmax(&by_logits.feed(&r.tokens, false).unwrap());
     let mut got = by_id.feed_argmax(&r.tokens).unwrap();
     for step in 0..12 {
@@ -40,7 +40,7 @@ fn feed_argmax_refuses_bad_input_like_feed() {
     let spec = read_spec(&dir).unwrap();
     let vocab = spec.vocab_size as u32;
     let model = load_model_with(&Cpu, &dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
-    let mut s = Session::new(&Cpu, model.as_ref(), 8, 4);
+    let mut s = Session::new(&Cpu, model.as_ref(), 8, 4).unwrap();
     assert!(s.feed_argmax(&[]).is_err());
     assert!(s.feed_argmax(&[vocab]).is_err());
     assert!(s.feed(&[vocab], false).is_err());
@@ -88,8 +88,8 @@ fn gpt_oss() -> (Box<dyn CausalLm<Cpu>>, Vec<u32>) {
 fn decode_greedy_chooses_what_feed_argmax_does() {
     let (model, prompt) = gpt_oss();
     let ctx = prompt.len() + 16;
-    let mut by_step = Session::new(&Cpu, model.as_ref(), ctx, 5);
-    let mut ahead = Session::new(&Cpu, model.as_ref(), ctx, 5);
+    let mut by_step = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
+    let mut ahead = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
     let first = by_step.feed_argmax(&prompt).unwrap();
     let mut want = vec![by_step.feed_argmax(&[first]).unwrap()];
     for _ in 1..12 {
@@ -117,8 +117,8 @@ fn decode_greedy_chooses_what_feed_argmax_does() {
 fn decode_greedy_takes_back_the_step_of_a_refused_token() {
     let (model, prompt) = gpt_oss();
     let ctx = prompt.len() + 32;
-    let mut plain = Session::new(&Cpu, model.as_ref(), ctx, 5);
-    let mut ahead = Session::new(&Cpu, model.as_ref(), ctx, 5);
+    let mut plain = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
+    let mut ahead = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
     let first = plain.feed_argmax(&prompt).unwrap();
     ahead.feed_argmax(&prompt).unwrap();
     let mut seen = Vec::new();
@@ -151,7 +151,7 @@ fn decode_greedy_takes_back_the_step_of_a_refused_token() {
 #[test]
 fn decode_greedy_stops_at_a_full_context() {
     let (model, prompt) = gpt_oss();
-    let mut s = Session::new(&Cpu, model.as_ref(), prompt.len() + 3, 5);
+    let mut s = Session::new(&Cpu, model.as_ref(), prompt.len() + 3, 5).unwrap();
     let first = s.feed_argmax(&prompt).unwrap();
     let mut seen = 0;
     let end = s

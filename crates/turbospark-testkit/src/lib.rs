@@ -127,7 +127,7 @@ pub fn run<B: Backend + 'static>(
     let model = load_model_with(be, dir, spec, opts, &|_, _| {}).unwrap();
     let ctx = r.tokens.len() + r.greedy.len() + 1;
     let kv = kv.unwrap_or_else(|| be.kv_dtype(model.spec().dtype));
-    let mut session = Session::with_kv_dtype(be, model.as_ref(), ctx, chunk, kv);
+    let mut session = Session::with_kv_dtype(be, model.as_ref(), ctx, chunk, kv).unwrap();
     let logits = session.feed(&r.tokens, true).unwrap();
     assert_eq!(logits.len(), r.logits.len());
     let mut greedy = Vec::new();

@@ -149,7 +149,7 @@ impl Backend for Mutant {
         Cpu.rope(x, head_dim, batch, rope);
         shift(x, 1.0);
     }
-    fn kv_alloc(&self, spec: KvSpec) -> CpuKv {
+    fn kv_alloc(&self, spec: KvSpec) -> turbospark_backend::Result<CpuKv> {
         Cpu.kv_alloc(spec)
     }
     fn kv_write(&self, kv: &mut CpuKv, k: &CpuTensor, v: &CpuTensor, batch: &CpuBatch) {

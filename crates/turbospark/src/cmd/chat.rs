@@ -38,7 +38,7 @@ fn on<B: Backend + 'static>(a: &ChatArgs, engine: &Engine<B>) -> Result<()> {
         ignore_eos: a.sampling.ignore_eos,
     };
     let template_vars = a.reasoning.template_vars();
-    let mut session = engine.session(context_len(&a.model, engine)?);
+    let mut session = engine.session(context_len(&a.model, engine)?)?;
     let fresh = || -> Vec<Message> { a.system.iter().map(|s| Message::new("system", s)).collect() };
     let mut history = fresh();
     eprintln!(
@@ -61,7 +61,7 @@ fn on<B: Backend + 'static>(a: &ChatArgs, engine: &Engine<B>) -> Result<()> {
             "/exit" | "/quit" => return Ok(()),
             "/reset" => {
                 history = fresh();
-                session.reset();
+                session.reset()?;
                 eprintln!("(conversation cleared)");
                 continue;
             }

@@ -19,7 +19,7 @@ fn on<B: Backend + 'static>(a: &LogitsArgs, engine: &Engine<B>) -> Result<()> {
         .context
         .unwrap_or(a.tokens.len())
         .max(a.tokens.len());
-    let mut session = engine.session(ctx);
+    let mut session = engine.session(ctx)?;
     let logits = session.feed(&a.tokens, true)?;
     let vocab = engine.model.spec().vocab_size;
     npy::write_f32(&a.out, &[a.tokens.len(), vocab], &logits)?;

@@ -41,7 +41,7 @@ fn on<B: Backend + 'static>(a: &RunArgs, engine: &Engine<B>) -> Result<()> {
         keep_special: harmony,
         ignore_eos: a.sampling.ignore_eos,
     };
-    let mut session = engine.session(context_len(&a.model, engine)?);
+    let mut session = engine.session(context_len(&a.model, engine)?)?;
     let json = a.json;
     let stdout = std::io::stdout();
     let mut view = HarmonyView::new(!a.reasoning.hide_reasoning, stdout.is_terminal());

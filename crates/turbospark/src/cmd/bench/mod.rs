@@ -122,11 +122,11 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     };
     for _ in 0..a.warmup {
         let other: Vec<u32> = (0..prompt.len()).map(|_| next()).collect();
-        let mut warm = engine.session(prompt.len() + 3);
+        let mut warm = engine.session(prompt.len() + 3)?;
         let token = choose(&mut warm, &other, &mut sampler)?;
         decode(&mut warm, token, 2, &mut sampler)?;
     }
-    let mut session = engine.session(prompt.len() + a.gen_len + 1);
+    let mut session = engine.session(prompt.len() + a.gen_len + 1)?;
     let t0 = Instant::now();
     let token = choose(&mut session, &prompt, &mut sampler)?;
     let prefill_s = t0.elapsed().as_secs_f64();
