@@ -29,8 +29,8 @@ pub enum BackendError {
     /// context too large for it. The message says how much was asked, how
     /// much the device has, and what to change.
     #[error(
-        "out of {device} memory: {what} needs {} more, {}; {hint}",
-        gib(*.need),
+        "out of {device} memory: {what}{}, {}; {hint}",
+        needs(*.need),
         .free.map_or_else(|| "the allocation failed".to_string(), |(free, total)| format!("{} free of {}", gib(free), gib(total)))
     )]
     OutOfMemory {
@@ -38,6 +38,7 @@ pub enum BackendError {
         device: &'static str,
         /// What was being allocated, e.g. "tensor `model.embed_tokens.weight`".
         what: String,
+        /// Bytes asked for; 0 where the driver does not say (a graph's launch).
         need: u64,
         /// (free, total) bytes of the device, where it can say.
         free: Option<(u64, u64)>,
@@ -46,6 +47,15 @@ pub enum BackendError {
     /// A device operation other than an allocation failed.
     #[error("{0}")]
     Device(String),
+}
+
+/// " needs N more" for an allocation of `need` bytes, nothing where unknown (0).
+fn needs(need: u64) -> String {
+    if need == 0 {
+        String::new()
+    } else {
+        format!(" needs {} more", gib(need))
+    }
 }
 
 /// Bytes as GiB with two decimals (MiB, KiB below those), for memory
@@ -603,6 +613,19 @@ mod tests {
         assert!(
             e.to_string()
                 .contains("needs 8.0 KiB more, 0.0 KiB free of 1.00 GiB"),
+            "{e}"
+        );
+        let e = BackendError::OutOfMemory {
+            device: "GPU",
+            what: "the buffers of a recorded decode step".into(),
+            need: 0,
+            free: Some((0, 1 << 30)),
+            hint: "",
+        };
+        assert!(
+            e.to_string().starts_with(
+                "out of GPU memory: the buffers of a recorded decode step, 0.0 KiB free"
+            ),
             "{e}"
         );
     }

@@ -34,7 +34,7 @@ pub mod sample;
 pub mod weight;
 
 pub use batch::CudaBatch;
-use memory::Purpose;
+use memory::{Purpose, unwind_on_error};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -322,27 +322,29 @@ impl Cuda {
         s.device_ptr(&self.stream).0
     }
 
-    /// A zeroed device buffer of `n` elements (at least one).
+    /// A zeroed device buffer of `n` elements (at least one), for a
+    /// forward call (out of memory unwinds: [`memory::unwind_on_error`]).
     pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> CudaSlice<T> {
-        let what = || format!("{n} elements");
-        self.try_zeros(n, &Purpose::forward(&what))
-            .unwrap_or_else(|e| panic!("CUDA: {e}"))
+        let what = || format!("a buffer of {n} elements");
+        unwind_on_error(self.try_zeros(n, &Purpose::forward(&what)))
     }
 
     /// An uninitialised device buffer of `n` elements (at least one), for
     /// scratch that a kernel overwrites entirely before anything reads it.
     pub(crate) fn scratch<T: DeviceRepr>(&self, n: usize) -> CudaSlice<T> {
+        let bytes = (n.max(1) * std::mem::size_of::<T>()) as u64;
+        let what = || format!("a buffer of {n} elements");
         // SAFETY: every caller's kernels write all `n` elements before any
         // read (see the call sites); the memory is never exposed otherwise.
-        self.with_room(|| unsafe { self.stream.alloc(n.max(1)) })
-            .unwrap_or_else(|e| panic!("CUDA: allocating {n} elements: {e}"))
+        let alloc = || unsafe { self.stream.alloc(n.max(1)) };
+        unwind_on_error(self.try_alloc(bytes, &Purpose::forward(&what), alloc))
     }
 
-    /// A device copy of `v` (one zero element when `v` is empty).
+    /// A device copy of `v` (one zero element when `v` is empty), for a
+    /// forward call.
     pub(crate) fn upload_slice<T: DeviceRepr + ValidAsZeroBits>(&self, v: &[T]) -> CudaSlice<T> {
         let what = || format!("a copy of {} elements", v.len());
-        self.try_upload(v, &Purpose::forward(&what))
-            .unwrap_or_else(|e| panic!("CUDA: {e}"))
+        unwind_on_error(self.try_upload(v, &Purpose::forward(&what)))
     }
 
     pub(crate) fn launch(
@@ -573,8 +575,11 @@ impl Backend for Cuda {
     }
 
     fn replay(&self, g: &Recording) {
-        self.with_room(|| g.0.launch())
-            .unwrap_or_else(|e| panic!("CUDA: replaying a graph: {e}"));
+        // A recorded step's buffers come from the driver at launch (the
+        // size is not known here), and a failure unwinds as a forward
+        // call's does.
+        let what = || "the buffers of a recorded decode step".to_string();
+        unwind_on_error(self.try_alloc(0, &Purpose::forward(&what), || g.0.launch()));
     }
 
     fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) {

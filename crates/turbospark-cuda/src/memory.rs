@@ -4,8 +4,10 @@
 //! [`BackendError::OutOfMemory`], which says how much was asked, what the
 //! GPU has free, and what to change; the process goes on (an allocation
 //! that fails leaves the context usable). The buffers of a forward call
-//! (activations, scratch) keep the panicking [`Cuda::zeros`] and
-//! [`Cuda::scratch`]: they are small beside the weights and the cache.
+//! (activations, scratch: [`Cuda::zeros`], [`Cuda::scratch`]) cannot
+//! return an error through the backend's operations, so theirs unwinds
+//! as the panic's payload ([`unwind_on_error`]), which the CLI reports as
+//! an error, not as a bug.
 //!
 //! The stream-ordered pool keeps what is freed (`Cuda::new` sets its
 //! release threshold to the maximum, so scratch stays a pool hit), but a
@@ -31,7 +33,7 @@ pub(crate) struct Purpose<'a> {
 
 impl<'a> Purpose<'a> {
     /// A buffer of a forward call (activations, scratch, uploads of a
-    /// batch): these callers panic on failure, with this hint.
+    /// batch).
     pub(crate) fn forward(what: &'a dyn Fn() -> String) -> Self {
         Purpose {
             what,
@@ -53,8 +55,7 @@ impl Cuda {
             return self.try_zeros(1, purpose);
         }
         let bytes = std::mem::size_of_val(v) as u64;
-        self.with_room(|| self.stream.clone_htod(v))
-            .map_err(|e| self.alloc_error(e, bytes, purpose))
+        self.try_alloc(bytes, purpose, || self.stream.clone_htod(v))
     }
 
     /// A zeroed device buffer of `n` elements (at least one), or the error
@@ -65,7 +66,18 @@ impl Cuda {
         purpose: &Purpose,
     ) -> Result<CudaSlice<T>, BackendError> {
         let bytes = (n.max(1) * std::mem::size_of::<T>()) as u64;
-        self.with_room(|| self.stream.alloc_zeros(n.max(1)))
+        self.try_alloc(bytes, purpose, || self.stream.alloc_zeros(n.max(1)))
+    }
+
+    /// `alloc` (of `bytes`) with [`Cuda::with_room`]'s second try, or the
+    /// error that names `purpose`.
+    pub(crate) fn try_alloc<T>(
+        &self,
+        bytes: u64,
+        purpose: &Purpose,
+        alloc: impl FnMut() -> Result<T, DriverError>,
+    ) -> Result<T, BackendError> {
+        self.with_room(alloc)
             .map_err(|e| self.alloc_error(e, bytes, purpose))
     }
 
@@ -110,4 +122,12 @@ impl Cuda {
             hint: purpose.hint,
         }
     }
+}
+
+/// A forward call's allocation: where it failed, its [`BackendError`]
+/// unwinds as the panic's payload (`std::panic::panic_any`). The backend's
+/// operations cannot return it, and the caller (the CLI's `main`) can tell
+/// it from a bug.
+pub(crate) fn unwind_on_error<T>(r: Result<T, BackendError>) -> T {
+    r.unwrap_or_else(|e| std::panic::panic_any(e))
 }

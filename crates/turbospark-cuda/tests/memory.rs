@@ -1,8 +1,10 @@
 //! A GPU that runs out of memory: a KV cache or a model too large for it
 //! is an error that says how much was asked, what is free and what to
-//! change (`BackendError::OutOfMemory`), never a panic, and the backend
-//! goes on working after it: the next allocation that fits succeeds and a
-//! fixture still matches transformers.
+//! change (`BackendError::OutOfMemory`), never a bare panic; a forward
+//! call that runs out unwinds with that error as its payload (the CLI
+//! reports it as an error); and the backend goes on working after each:
+//! the next allocation that fits succeeds and a fixture still matches
+//! transformers.
 //!
 //! Without a CUDA device each test prints "skipped: no CUDA device" and
 //! passes.
@@ -11,8 +13,8 @@ mod common;
 
 use turbospark_backend::{Backend, BackendError, KvDtype, KvSpec};
 use turbospark_cuda::{Cuda, CudaKv, Precision};
-use turbospark_models::{LoadOptions, load_model_with, read_spec};
-use turbospark_testkit::{all_fixtures, compare_fixture};
+use turbospark_models::{LoadOptions, Session, load_model_with, read_spec};
+use turbospark_testkit::{Run, all_fixtures, compare_fixture, measure, reference};
 
 /// A KV store of `bytes` for each of K and V (f32 values, one position).
 fn store(bytes: usize) -> KvSpec {
@@ -24,12 +26,12 @@ fn store(bytes: usize) -> KvSpec {
 }
 
 /// Fills the GPU with KV stores, halving the size each time one does not
-/// fit, until not even 64 KiB more does: what the returned stores hold is
+/// fit, until not even 512 bytes more do: what the returned stores hold is
 /// then all the memory there is.
 fn fill(be: &Cuda) -> Vec<CudaKv> {
     let mut held = Vec::new();
     let mut bytes = 1usize << 30;
-    while bytes >= 64 << 10 {
+    while bytes >= 512 {
         match be.kv_alloc(store(bytes)) {
             Ok(kv) => held.push(kv),
             Err(BackendError::OutOfMemory { .. }) => bytes /= 2,
@@ -102,6 +104,44 @@ fn a_model_that_does_not_fit_is_an_error_naming_a_tensor() {
         c.worst_rel_err <= F32_WORST,
         "{}: max|Δ|/std {} after an out-of-memory load",
         dir.display(),
+        c.worst_rel_err
+    );
+}
+
+#[test]
+fn a_forward_call_out_of_memory_unwinds_with_the_error() {
+    let Some(mut be) = common::gpu() else { return };
+    be.set_precision(Precision::F32);
+    let dir = &all_fixtures()[0];
+    let spec = read_spec(dir).unwrap();
+    let model = load_model_with(&be, dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+    let r = reference(dir);
+    let ctx = r.tokens.len() + 1;
+    let mut session = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
+    let held = fill(&be);
+    let prefill = std::panic::AssertUnwindSafe(|| session.feed(&r.tokens, true));
+    let payload = std::panic::catch_unwind(prefill).expect_err("a prefill ran on a full GPU");
+    let err = payload
+        .downcast::<BackendError>()
+        .expect("the payload is not the backend's error");
+    let msg = err.to_string();
+    assert!(
+        matches!(*err, BackendError::OutOfMemory { .. })
+            && msg.contains("a forward call's buffers did not fit"),
+        "{msg}"
+    );
+    // Freed, a new session of the same model matches transformers.
+    drop((session, held));
+    let mut session = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
+    let logits = session.feed(&r.tokens, true).unwrap();
+    let ours = Run {
+        logits,
+        greedy: Vec::new(),
+    };
+    let c = measure(&ours, &r.as_run(), r.vocab);
+    assert!(
+        c.worst_rel_err <= F32_WORST,
+        "max|Δ|/std {}",
         c.worst_rel_err
     );
 }
