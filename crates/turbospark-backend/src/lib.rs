@@ -71,8 +71,11 @@ fn gib(bytes: u64) -> String {
 
 /// The hint of an [`BackendError::OutOfMemory`] raised while loading weights.
 pub const WEIGHTS_HINT: &str = "load fewer bytes (--quant int8 or int4, a smaller model) or run on another device (--device cpu)";
-/// The hint of an [`BackendError::OutOfMemory`] raised while allocating a KV cache.
-pub const KV_HINT: &str = "lower --context, keep keys and values in bf16 (--kv-cache-dtype bf16), or free memory on the device";
+/// The hint of an [`BackendError::OutOfMemory`] raised while allocating a
+/// KV cache of bf16 keys and values.
+pub const KV_HINT: &str = "lower --context or free memory on the device";
+/// The same for a KV cache of f32 keys and values, which bf16 halves.
+pub const KV_F32_HINT: &str = "lower --context, keep keys and values in bf16 (--kv-cache-dtype bf16), or free memory on the device";
 
 pub type Result<T> = std::result::Result<T, BackendError>;
 
@@ -595,7 +598,7 @@ mod tests {
             what: "a layer's KV cache".into(),
             need: 3 << 30,
             free: None,
-            hint: KV_HINT,
+            hint: KV_F32_HINT,
         };
         assert!(
             e.to_string().starts_with(

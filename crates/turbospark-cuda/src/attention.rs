@@ -153,7 +153,10 @@ impl CudaKv {
         };
         let purpose = Purpose {
             what: &what,
-            hint: turbospark_backend::KV_HINT,
+            hint: match spec.dtype {
+                KvDtype::F32 => turbospark_backend::KV_F32_HINT,
+                KvDtype::Bf16 => turbospark_backend::KV_HINT,
+            },
         };
         Ok(CudaKv {
             spec,

@@ -27,7 +27,7 @@ const OUT_OF_MEMORY: sys::cudaError_enum = sys::cudaError_enum::CUDA_ERROR_OUT_O
 pub(crate) struct Purpose<'a> {
     /// E.g. "tensor `model.norm.weight`", "the KV cache of 4096 positions".
     pub what: &'a dyn Fn() -> String,
-    /// What the user can change (`turbospark_backend::WEIGHTS_HINT`, `KV_HINT`).
+    /// What the user can change (`turbospark_backend::WEIGHTS_HINT`, `KV_HINT`, ...).
     pub hint: &'static str,
 }
 

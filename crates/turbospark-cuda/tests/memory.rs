@@ -75,7 +75,8 @@ fn a_kv_cache_too_large_is_an_error_that_says_so() {
     assert!(
         msg.starts_with("out of GPU memory: a layer's KV cache (16777216 positions of 16384 F32")
             && msg.contains("1024.00 GiB more")
-            && msg.contains("--context"),
+            && msg.contains("--context")
+            && msg.contains("--kv-cache-dtype bf16"),
         "{msg}"
     );
     // The next allocation that fits succeeds.
