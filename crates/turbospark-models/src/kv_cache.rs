@@ -107,10 +107,11 @@ impl<B: Backend> KvCache<B> {
 
     /// Forgets the sequence by starting from fresh storage. The old
     /// storage is freed first, so the two are never held at once; if the
-    /// new one cannot be allocated, the cache holds no layers and the
-    /// error says why.
+    /// new one cannot be allocated, the cache is left empty with no
+    /// layers and the error says why.
     pub fn clear(&mut self, be: &B, spec: &ModelSpec) -> Result<()> {
         self.layers.clear();
+        self.len = 0;
         *self = Self::new(be, spec, self.max_context, self.max_chunk, self.dtype)?;
         Ok(())
     }
