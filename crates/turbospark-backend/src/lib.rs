@@ -58,12 +58,13 @@ fn needs(need: u64) -> String {
     }
 }
 
-/// Bytes as GiB with two decimals (MiB, KiB below those), for memory
-/// messages.
+/// Bytes as GiB with two decimals (MiB, KiB, bytes below those), for
+/// memory messages.
 fn gib(bytes: u64) -> String {
     let b = bytes as f64;
     match bytes {
-        0..0x10_0000 => format!("{:.1} KiB", b / 1024.0),
+        0..0x400 => format!("{bytes} bytes"),
+        0x400..0x10_0000 => format!("{:.1} KiB", b / 1024.0),
         0x10_0000..0x4000_0000 => format!("{:.1} MiB", b / f64::from(1 << 20)),
         _ => format!("{:.2} GiB", b / f64::from(1 << 30)),
     }
@@ -615,7 +616,7 @@ mod tests {
         };
         assert!(
             e.to_string()
-                .contains("needs 8.0 KiB more, 0.0 KiB free of 1.00 GiB"),
+                .contains("needs 8.0 KiB more, 0 bytes free of 1.00 GiB"),
             "{e}"
         );
         let e = BackendError::OutOfMemory {
@@ -627,7 +628,7 @@ mod tests {
         };
         assert!(
             e.to_string().starts_with(
-                "out of GPU memory: the buffers of a recorded decode step, 0.0 KiB free"
+                "out of GPU memory: the buffers of a recorded decode step, 0 bytes free"
             ),
             "{e}"
         );
