@@ -66,6 +66,8 @@ pub enum CudaError {
     Nvrtc(String),
     #[error("compiling kernels/{file}: {log}")]
     Compile { file: String, log: String },
+    #[error("there is no GPU {ordinal}: this machine has {count} (numbered from 0)")]
+    NoSuchDevice { ordinal: usize, count: i32 },
     #[error("{name} has compute capability {major}.{minor}; sm_80 or newer is required")]
     TooOld {
         name: String,
@@ -171,6 +173,10 @@ impl Cuda {
         }
         if !compile::nvrtc_present() {
             return Err(CudaError::MissingLibrary("nvrtc"));
+        }
+        let count = CudaContext::device_count()?;
+        if ordinal >= count as usize {
+            return Err(CudaError::NoSuchDevice { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal)?;
         let (major, minor) = ctx.compute_capability()?;

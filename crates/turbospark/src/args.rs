@@ -32,11 +32,31 @@ pub enum Command {
     Perplexity(PerplexityArgs),
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+/// `--device`: `cpu`, `cuda` (GPU 0), `cuda:N` (GPU N in CUDA's numbering,
+/// from 0, after `CUDA_VISIBLE_DEVICES`) or `auto` (GPU 0 when one works,
+/// else the CPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Device {
     Cpu,
-    Cuda,
+    Cuda(usize),
     Auto,
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            "auto" => Ok(Device::Auto),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| "use cpu, cuda, cuda:N (GPU N, from 0) or auto".to_string()),
+        }
+    }
 }
 
 /// Where the demo model lives in the repository.
@@ -48,8 +68,9 @@ pub struct ModelArgs {
     /// Default: the demo model that ships in the repository.
     #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,
-    /// Where to run.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// Where to run: cpu, cuda (GPU 0), cuda:N (GPU N, from 0) or auto
+    /// (GPU 0 when one works, else the CPU).
+    #[arg(long, default_value = "auto")]
     pub device: Device,
     /// CPU threads (default: all cores).
     #[arg(long, short = 't')]
@@ -322,5 +343,27 @@ impl ModelArgs {
             .map(|root| root.join(DEMO_MODEL))
             .find(|p| p.join("config.json").exists())
             .unwrap_or_else(|| PathBuf::from(DEMO_MODEL))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Device;
+
+    #[test]
+    fn devices_parse_with_gpu_numbers() {
+        let parse = |s: &str| s.parse::<Device>();
+        assert_eq!(parse("cpu"), Ok(Device::Cpu));
+        assert_eq!(parse("cuda"), Ok(Device::Cuda(0)));
+        assert_eq!(parse("cuda:0"), Ok(Device::Cuda(0)));
+        assert_eq!(parse("cuda:3"), Ok(Device::Cuda(3)));
+        assert_eq!(parse("auto"), Ok(Device::Auto));
+        for bad in ["gpu", "cuda:", "cuda:-1", "cuda:x", "CUDA", "cuda1"] {
+            assert_eq!(
+                parse(bad),
+                Err("use cpu, cuda, cuda:N (GPU N, from 0) or auto".to_string()),
+                "{bad}"
+            );
+        }
     }
 }

@@ -272,6 +272,23 @@ fn broken_copy(name: &str, edit: impl FnOnce(&Path)) -> tempfile::TempDir {
 }
 
 #[test]
+fn device_names_a_gpu_by_number_and_refuses_anything_else() {
+    let out = turbospark(&["run", "--device", "gpu", "--prompt-tokens", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "invalid value 'gpu' for '--device <DEVICE>': use cpu, cuda, cuda:N (GPU N, from 0) or auto"
+        ),
+        "{err}"
+    );
+    // GPU 1 in the tests' build (no CUDA backend), or on a machine without
+    // it: one line naming the device asked for.
+    let out = turbospark(&["run", "--device", "cuda:1", "--prompt-tokens", "1"]);
+    assert_clean_error(&out, "--device cuda:1: ");
+}
+
+#[test]
 fn bad_input_is_one_line_and_exit_2() {
     let run = |dir: &Path, tokens: &str| {
         turbospark(&[

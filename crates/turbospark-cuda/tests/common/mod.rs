@@ -32,6 +32,7 @@ fn absent(e: &CudaError) -> bool {
     match e {
         CudaError::MissingLibrary(_) => true,
         CudaError::Driver(d) => d.0 == CUresult::CUDA_ERROR_NO_DEVICE,
+        CudaError::NoSuchDevice { count: 0, .. } => true,
         _ => false,
     }
 }

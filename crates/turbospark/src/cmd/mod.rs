@@ -29,18 +29,19 @@ pub enum Picked {
     Cuda(Box<turbospark_cuda::Cuda>),
 }
 
-/// `--device`: `cpu`, `cuda` (an error naming the cause when there is no
-/// usable GPU or the build lacks CUDA), or `auto` (the GPU when one works).
+/// `--device`: `cpu`, `cuda[:N]` (an error naming the cause when there is
+/// no such usable GPU or the build lacks CUDA), or `auto` (GPU 0 when one
+/// works).
 pub fn pick_device(args: &ModelArgs) -> Result<Picked> {
     match args.device {
         Device::Cpu => Ok(Picked::Cpu),
         #[cfg(feature = "cuda")]
-        Device::Cuda => turbospark_cuda::Cuda::new()
+        Device::Cuda(n) => turbospark_cuda::Cuda::with_device(n)
             .map(|c| cuda(c, args))
-            .map_err(|e| anyhow::anyhow!("--device cuda: {e}")),
+            .map_err(|e| anyhow::anyhow!("--device cuda:{n}: {e}")),
         #[cfg(not(feature = "cuda"))]
-        Device::Cuda => anyhow::bail!(
-            "--device cuda: this build has no CUDA backend (rebuild with --features cuda)"
+        Device::Cuda(n) => anyhow::bail!(
+            "--device cuda:{n}: this build has no CUDA backend (rebuild with --features cuda)"
         ),
         #[cfg(feature = "cuda")]
         Device::Auto => Ok(turbospark_cuda::Cuda::new().map_or(Picked::Cpu, |c| cuda(c, args))),
