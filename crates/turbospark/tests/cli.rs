@@ -261,6 +261,15 @@ fn assert_clean_error(out: &Output, needle: &str) {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// clap's refusal of a flag's value: exit 2 and `needle` in its message
+/// (several lines: the usage follows), which is returned.
+fn usage_error(out: &Output, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(needle), "{needle:?} not in {err}");
+    err
+}
+
 fn broken_copy(name: &str, edit: impl FnOnce(&Path)) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(fixture(name)).unwrap() {
@@ -273,14 +282,9 @@ fn broken_copy(name: &str, edit: impl FnOnce(&Path)) -> tempfile::TempDir {
 
 #[test]
 fn device_names_a_gpu_by_number_and_refuses_anything_else() {
-    let out = turbospark(&["run", "--device", "gpu", "--prompt-tokens", "1"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains(
-            "invalid value 'gpu' for '--device <DEVICE>': use cpu, cuda, cuda:N (GPU N, from 0) or auto"
-        ),
-        "{err}"
+    usage_error(
+        &turbospark(&["run", "--device", "gpu", "--prompt-tokens", "1"]),
+        "invalid value 'gpu' for '--device <DEVICE>': use cpu, cuda, cuda:N (GPU N, from 0) or auto",
     );
     // GPU 1 in the tests' build (no CUDA backend), or on a machine without
     // it: one line naming the device asked for.
@@ -526,12 +530,9 @@ fn bench_samples_when_asked() {
 
 #[test]
 fn bench_refuses_unknown_presets_and_two_model_sources() {
-    let out = turbospark(&["bench", "--synthetic", "llama-9000", "--device", "cpu"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("invalid value 'llama-9000' for '--synthetic <PRESET>'"),
-        "{err}"
+    let err = usage_error(
+        &turbospark(&["bench", "--synthetic", "llama-9000", "--device", "cpu"]),
+        "invalid value 'llama-9000' for '--synthetic <PRESET>'",
     );
     // The real presets are listed.
     for preset in [
