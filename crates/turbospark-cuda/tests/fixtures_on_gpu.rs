@@ -44,7 +44,8 @@ use turbospark_cpu::Cpu;
 use turbospark_cuda::Precision;
 use turbospark_models::{CausalLm, GreedyEnd, LoadOptions, Session, load_model_with, read_spec};
 use turbospark_testkit::{
-    Comparison, Reference, all_fixtures, compare_fixture_kv, measure, reference, run,
+    Comparison, Reference, all_fixtures, compare_fixture_kv, greedy_ahead, greedy_by_steps,
+    measure, reference, run,
 };
 
 /// A precision's bounds (see the module documentation).
@@ -226,23 +227,12 @@ fn greedy_decode_ahead_chooses_what_feed_argmax_does() {
         let session = || Session::new(&be, model.as_ref(), ctx, 512).unwrap();
         let mut by_step = session();
         let first = by_step.feed_argmax(&r.tokens).unwrap();
-        let mut want = Vec::new();
-        let mut last = first;
-        for _ in 0..12 {
-            last = by_step.feed_argmax(&[last]).unwrap();
-            want.push(last);
-        }
+        let want = greedy_by_steps(&mut by_step, first, 12);
         for eager in [false, true] {
             let mut ahead = session();
             ahead.set_eager(eager);
             assert_eq!(ahead.feed_argmax(&r.tokens).unwrap(), first, "{name}");
-            let mut got = Vec::new();
-            let end = ahead
-                .decode_greedy(first, 12, |t| {
-                    got.push(t);
-                    true
-                })
-                .unwrap();
+            let (got, end) = greedy_ahead(&mut ahead, first, 12);
             assert_eq!(end, GreedyEnd::Steps, "{name}");
             assert_eq!(got, want, "{name}, eager {eager}");
             assert_eq!(ahead.tokens(), by_step.tokens(), "{name}, eager {eager}");

@@ -60,9 +60,9 @@ struct Taker<'a, F: FnMut(&str)> {
     stops: StopStrings,
     on_text: F,
     text: String,
-    tokens: Vec<u32>,
     /// The prompt and the tokens taken (what penalties see).
     history: Vec<u32>,
+    prompt_len: usize,
     finish: FinishReason,
     /// A failure inside `take` (decoding text), returned once it stops.
     failure: Option<EngineError>,
@@ -80,7 +80,6 @@ impl<F: FnMut(&str)> Taker<'_, F> {
             self.finish = FinishReason::Eos;
             return false;
         }
-        self.tokens.push(next);
         self.history.push(next);
         if let Some(tok) = self.tokenizer {
             match self.decoder.push(tok, next) {
@@ -96,7 +95,12 @@ impl<F: FnMut(&str)> Taker<'_, F> {
                 }
             }
         }
-        self.tokens.len() < self.max_tokens
+        self.tokens().len() < self.max_tokens
+    }
+
+    /// The tokens taken so far.
+    fn tokens(&self) -> &[u32] {
+        &self.history[self.prompt_len..]
     }
 
     /// Streams `piece` up to a stop string; true if one was reached.
@@ -154,8 +158,8 @@ impl<B: Backend + 'static> Engine<B> {
             stops: StopStrings::new(params.stop.clone()),
             on_text,
             text: String::new(),
-            tokens: Vec::new(),
             history: prompt.to_vec(),
+            prompt_len: prompt.len(),
             finish: FinishReason::Length,
             failure: None,
         };
@@ -205,7 +209,7 @@ impl<B: Backend + 'static> Engine<B> {
         let decode_secs = t1.elapsed().as_secs_f64();
         // Decode speed counts the tokens that needed a forward pass after
         // the prefill: every generated token but the first.
-        let decoded = taker.tokens.len().saturating_sub(1);
+        let decoded = taker.tokens().len().saturating_sub(1);
         Ok(Generated {
             prompt_tokens: prompt.len(),
             prefill_tok_s: prompt.len() as f64 / prefill_secs.max(1e-9),
@@ -214,7 +218,7 @@ impl<B: Backend + 'static> Engine<B> {
             } else {
                 decoded as f64 / decode_secs.max(1e-9)
             },
-            tokens: taker.tokens,
+            tokens: taker.history.split_off(taker.prompt_len),
             text: taker.text,
             finish_reason: taker.finish,
         })

@@ -40,11 +40,10 @@ struct DecodeGraph<B: Backend> {
     graph: B::Graph,
     /// The step's token and position, overwritten before each replay.
     batch: B::Batch,
-    /// `[1, vocab]`, written by each replay.
-    logits: B::Tensor,
-    /// The step ends by choosing its greedy token into `batch` (see
-    /// [`Session::decode_greedy`]).
-    greedy: bool,
+    /// `[1, vocab]`, written by each replay; `None` for a greedy step,
+    /// which ends by choosing its token into `batch` (see
+    /// [`Session::decode_greedy`]) and keeps no logits.
+    logits: Option<B::Tensor>,
 }
 
 /// Why [`Session::decode_greedy`] returned.
@@ -329,7 +328,7 @@ impl<'m, B: Backend> Session<'m, B> {
     fn prepare_recording(&mut self, token: u32, positions: &[u32], greedy: bool) -> Result<()> {
         let stale = match &self.decode {
             Decode::Unrecorded => true,
-            Decode::Recorded(g) => g.greedy != greedy,
+            Decode::Recorded(g) => g.logits.is_none() != greedy,
             Decode::Eager => false,
         };
         if stale {
@@ -350,11 +349,16 @@ impl<'m, B: Backend> Session<'m, B> {
         let be = self.be;
         self.prepare_recording(token, &positions, false)?;
         let out = match &mut self.decode {
-            Decode::Recorded(g) => {
-                be.set_batch(&mut g.batch, &[token], &positions);
-                be.replay(&g.graph);
+            // prepare_recording(.., false) left a step that keeps its logits.
+            Decode::Recorded(DecodeGraph {
+                graph,
+                batch,
+                logits: Some(logits),
+            }) => {
+                be.set_batch(batch, &[token], &positions);
+                be.replay(graph);
                 self.cache.advance(1);
-                read(be, &g.logits)
+                read(be, logits)
             }
             _ => {
                 let l = self.model.forward(be, &[token], &mut self.cache, false)?;
@@ -378,7 +382,7 @@ impl<'m, B: Backend> Session<'m, B> {
         let be = self.be;
         // Everything that outlives the recording is made before it starts.
         let mut batch = be.batch(&[token], positions);
-        let mut logits = be.tensor(1, self.model.spec().vocab_size);
+        let mut logits = (!greedy).then(|| be.tensor(1, self.model.spec().vocab_size));
         if !be.begin_graph() {
             return Ok(None);
         }
@@ -387,9 +391,9 @@ impl<'m, B: Backend> Session<'m, B> {
             .model
             .forward_batch(be, &batch, 1, &mut self.cache, false);
         if let Ok(l) = &out {
-            be.copy(l, &mut logits);
-            if greedy {
-                be.argmax_into_batch(&logits, &mut batch);
+            match &mut logits {
+                Some(kept) => be.copy(l, kept),
+                None => be.argmax_into_batch(l, &mut batch),
             }
         }
         // The forward's own logits are freed inside the recording.
@@ -402,7 +406,6 @@ impl<'m, B: Backend> Session<'m, B> {
             graph,
             batch,
             logits,
-            greedy,
         }))
     }
 }

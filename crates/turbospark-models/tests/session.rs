@@ -6,7 +6,7 @@
 use turbospark_backend::{KvDtype, argmax};
 use turbospark_cpu::Cpu;
 use turbospark_models::{CausalLm, GreedyEnd, LoadOptions, Session, load_model_with, read_spec};
-use turbospark_testkit::{fixtures_root, measure, reference, run};
+use turbospark_testkit::{fixtures_root, greedy_ahead, greedy_by_steps, measure, reference, run};
 
 /// Greedy decoding through `feed_argmax` picks, step by step, the argmax of
 /// the logits `feed` returns for the same tokens (prefill in chunks of 5,
@@ -91,18 +91,9 @@ fn decode_greedy_chooses_what_feed_argmax_does() {
     let mut by_step = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
     let mut ahead = Session::new(&Cpu, model.as_ref(), ctx, 5).unwrap();
     let first = by_step.feed_argmax(&prompt).unwrap();
-    let mut want = vec![by_step.feed_argmax(&[first]).unwrap()];
-    for _ in 1..12 {
-        want.push(by_step.feed_argmax(&[*want.last().unwrap()]).unwrap());
-    }
+    let want = greedy_by_steps(&mut by_step, first, 12);
     assert_eq!(ahead.feed_argmax(&prompt).unwrap(), first);
-    let mut got = Vec::new();
-    let end = ahead
-        .decode_greedy(first, 12, |t| {
-            got.push(t);
-            true
-        })
-        .unwrap();
+    let (got, end) = greedy_ahead(&mut ahead, first, 12);
     assert_eq!(end, GreedyEnd::Steps);
     assert_eq!(got, want);
     assert_eq!(ahead.tokens(), by_step.tokens());

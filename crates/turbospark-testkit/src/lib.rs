@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use turbospark_backend::{Backend, KvDtype};
 use turbospark_format::{ModelSpec, npy};
-use turbospark_models::{LoadOptions, Session, load_model_with, read_spec, sampler::argmax};
+use turbospark_models::{
+    GreedyEnd, LoadOptions, Session, load_model_with, read_spec, sampler::argmax,
+};
 
 /// The fixtures folder: `$TURBOSPARK_FIXTURES` when set (a test binary
 /// copied to another machine), else the repository's `tests/fixtures`.
@@ -200,4 +202,37 @@ pub fn compare_fixture_kv<B: Backend + 'static>(
 /// [`compare`] on fixture `dir` itself, with its own spec.
 pub fn compare_fixture<B: Backend + 'static>(be: &B, dir: &Path, chunk: usize) -> Comparison {
     compare_fixture_kv(be, dir, chunk, None)
+}
+
+/// `n` greedy choices after `first`, one [`Session::feed_argmax`] at a
+/// time (each fed): what [`Session::decode_greedy`] is checked against.
+pub fn greedy_by_steps<B: Backend + 'static>(
+    s: &mut Session<'_, B>,
+    first: u32,
+    n: usize,
+) -> Vec<u32> {
+    let mut choices = Vec::with_capacity(n);
+    let mut last = first;
+    for _ in 0..n {
+        last = s.feed_argmax(&[last]).unwrap();
+        choices.push(last);
+    }
+    choices
+}
+
+/// [`Session::decode_greedy`] from `first` for `steps` feeds, keeping
+/// every choice: the choices, and why it ended.
+pub fn greedy_ahead<B: Backend + 'static>(
+    s: &mut Session<'_, B>,
+    first: u32,
+    steps: usize,
+) -> (Vec<u32>, GreedyEnd) {
+    let mut choices = Vec::new();
+    let end = s
+        .decode_greedy(first, steps, |t| {
+            choices.push(t);
+            true
+        })
+        .unwrap();
+    (choices, end)
 }
