@@ -202,8 +202,8 @@ pub fn rms_norm_route<B: Backend + ?Sized>(
     num_experts: usize,
 ) -> (B::Tensor, B::Tensor) {
     let (rows, cols) = be.shape(x);
-    let mut logits = be.tensor(rows, num_experts);
-    let mut normed = be.tensor(rows, cols);
+    let mut logits = be.empty(rows, num_experts);
+    let mut normed = be.empty(rows, cols);
     be.rms_norm_linears(
         x,
         norm,
@@ -279,6 +279,16 @@ pub trait Backend: Send + Sync {
 
     /// A `[rows, cols]` tensor of zeros.
     fn tensor(&self, rows: usize, cols: usize) -> Self::Tensor;
+    /// A `[rows, cols]` tensor for an operation that writes every element
+    /// before anything reads it (an output that is overwritten, never
+    /// added into): its contents are unspecified. Zeros ([`Backend::tensor`])
+    /// unless a backend skips the zeroing, as the CUDA backend does: in a
+    /// recorded decode step each zeroing is a memset node between two
+    /// kernels, which costs its own launch and keeps the second kernel from
+    /// starting while the first drains.
+    fn empty(&self, rows: usize, cols: usize) -> Self::Tensor {
+        self.tensor(rows, cols)
+    }
     fn shape(&self, t: &Self::Tensor) -> (usize, usize);
     fn to_host(&self, t: &Self::Tensor) -> Vec<f32>;
     /// Copies row `row` of `src` into row 0 of a new one-row tensor.
@@ -426,7 +436,7 @@ pub trait Backend: Send + Sync {
         let mut own = None;
         let normed = match normed {
             Some(t) => t,
-            None => own.insert(self.tensor(rows, cols)),
+            None => own.insert(self.empty(rows, cols)),
         };
         self.rms_norm(x, w, eps, normed);
         self.linears(normed, parts, outs);
@@ -442,7 +452,7 @@ pub trait Backend: Send + Sync {
         acc: &mut Self::Tensor,
     ) {
         let (rows, cols) = self.shape(acc);
-        let mut y = self.tensor(rows, cols);
+        let mut y = self.empty(rows, cols);
         self.linear(x, w, bias, &mut y);
         self.add(acc, &y);
     }
@@ -466,8 +476,8 @@ pub trait Backend: Send + Sync {
         out: &mut Self::Tensor,
     ) {
         let (rows, width) = self.shape(out);
-        let mut g = self.tensor(rows, width);
-        let mut u = self.tensor(rows, width);
+        let mut g = self.empty(rows, width);
+        let mut u = self.empty(rows, width);
         self.rms_norm_linears(x, w, eps, &[gate, up], &mut [&mut g, &mut u], None);
         self.glu(&g, &u, act, out);
     }

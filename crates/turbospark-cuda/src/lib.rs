@@ -341,7 +341,9 @@ impl Cuda {
         let bytes = (n.max(1) * std::mem::size_of::<T>()) as u64;
         let what = || format!("a buffer of {n} elements");
         // SAFETY: every caller's kernels write all `n` elements before any
-        // read (see the call sites); the memory is never exposed otherwise.
+        // read (see the call sites, and `Backend::empty`'s contract for the
+        // operations given an empty tensor); the memory is never exposed
+        // otherwise.
         let alloc = || unsafe { self.stream.alloc(n.max(1)) };
         unwind_on_error(self.try_alloc(bytes, &Purpose::forward(&what), alloc))
     }
@@ -445,6 +447,17 @@ impl Backend for Cuda {
         }
     }
 
+    /// No zeroing: in a recorded step a memset node would sit between two
+    /// kernels (BENCHMARKS.md, twenty-third session: +8.5% decode on
+    /// gpt-oss-20b without them).
+    fn empty(&self, rows: usize, cols: usize) -> CudaTensor {
+        CudaTensor {
+            data: self.scratch(rows * cols),
+            rows,
+            cols,
+        }
+    }
+
     fn shape(&self, t: &CudaTensor) -> (usize, usize) {
         (t.rows, t.cols)
     }
@@ -462,7 +475,7 @@ impl Backend for Cuda {
     fn row(&self, src: &CudaTensor, row: usize) -> CudaTensor {
         assert!(row < src.rows, "row {row} of a {}-row tensor", src.rows);
         let c = src.cols;
-        let mut out = self.tensor(1, c);
+        let mut out = self.empty(1, c);
         if c > 0 {
             self.stream
                 .memcpy_dtod(

@@ -124,7 +124,7 @@ pub fn rms_norm_linears(
         let mut own = None;
         let normed = match normed {
             Some(t) => t,
-            None => own.insert(be.tensor(x.rows, x.cols)),
+            None => own.insert(be.empty(x.rows, x.cols)),
         };
         ops::rms_norm(be, x, w, eps, normed);
         return linears(be, normed, parts, outs);
@@ -165,8 +165,8 @@ pub fn rms_norm_glu(
         && w.numel() == x.cols
         && norm_prologue(be, &gate.0.data, x.cols as u32);
     if !fused {
-        let mut g = be.tensor(x.rows, m);
-        let mut u = be.tensor(x.rows, up.0.rows());
+        let mut g = be.empty(x.rows, m);
+        let mut u = be.empty(x.rows, up.0.rows());
         rms_norm_linears(be, x, w, eps, &[gate, up], &mut [&mut g, &mut u], None);
         return ops::glu(be, &g, &u, act, out);
     }

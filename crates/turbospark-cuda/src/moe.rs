@@ -150,7 +150,7 @@ pub fn rms_norm_moe(
         return rms_norm_moe_parts(be, x, norm, eps, router, ex, p);
     };
     check(x, ex, p, x);
-    let normed = be.tensor(1, x.cols);
+    let normed = be.empty(1, x.cols);
     let sel_e = be.scratch::<i32>(p.top_k);
     let sel_w = be.scratch::<f32>(p.top_k);
     let (norm_ptr, norm_dt) = norm.dense_ptr(be, "norm");

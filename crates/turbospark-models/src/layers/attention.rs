@@ -76,9 +76,9 @@ impl<B: Backend> Attention<B> {
         let n = be.shape(x).0;
         let p = &self.params;
         let (q_dim, kv_dim) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
-        let mut q = be.tensor(n, q_dim);
-        let mut k = be.tensor(n, kv_dim);
-        let mut v = be.tensor(n, kv_dim);
+        let mut q = be.empty(n, q_dim);
+        let mut k = be.empty(n, kv_dim);
+        let mut v = be.empty(n, kv_dim);
         norms.linears(
             be,
             x,
@@ -91,13 +91,13 @@ impl<B: Backend> Attention<B> {
             None,
         );
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            let mut qo = be.tensor(n, q_dim);
-            let mut ko = be.tensor(n, kv_dim);
+            let mut qo = be.empty(n, q_dim);
+            let mut ko = be.empty(n, kv_dim);
             be.rms_norm(&q, qn, self.norm_eps, &mut qo);
             be.rms_norm(&k, kn, self.norm_eps, &mut ko);
             (q, k) = (qo, ko);
         }
-        let mut attn = be.tensor(n, q_dim);
+        let mut attn = be.empty(n, q_dim);
         let qkv = (&mut q, &mut k, &v);
         be.rope_kv_attention(qkv, kv, batch, rope, p, self.sinks.as_ref(), &mut attn);
         norms.project_into(be, &attn, &self.o, self.o_bias.as_ref(), x);

@@ -176,7 +176,7 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
         // Checks the room (the caller reserved these positions already).
         cache.reserve(n)?;
         let h = spec.hidden_size;
-        let mut x = be.tensor(n, h);
+        let mut x = be.empty(n, h);
         be.embed(&self.embed, batch, &mut x);
         if let Some(s) = self.embed_scale {
             be.scale(&mut x, s);
@@ -199,9 +199,14 @@ impl<B: Backend> CausalLm<B> for Decoder<B> {
             layer.ffn.forward(be, &mut x, &ffn);
         }
         cache.advance(n);
-        let last = if all_logits { x } else { be.row(&x, n - 1) };
+        // One row is its own last row (no copy in a decode step).
+        let last = if all_logits || n == 1 {
+            x
+        } else {
+            be.row(&x, n - 1)
+        };
         let rows = be.shape(&last).0;
-        let mut logits = be.tensor(rows, spec.vocab_size);
+        let mut logits = be.empty(rows, spec.vocab_size);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         // The final norm and the LM head, as one operation.
         be.rms_norm_linears(

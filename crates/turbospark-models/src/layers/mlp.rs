@@ -42,7 +42,7 @@ impl<B: Backend> GatedMlp<B> {
     /// `x += post(mlp(rms_norm(x)))`.
     pub fn forward(&self, be: &B, x: &mut B::Tensor, norms: &BlockNorms<'_, B>) {
         let n = be.shape(x).0;
-        let mut act = be.tensor(n, self.width);
+        let mut act = be.empty(n, self.width);
         let gate = (&self.gate, self.gate_bias.as_ref());
         let up = (&self.up, self.up_bias.as_ref());
         norms.glu(be, x, gate, up, self.activation, &mut act);

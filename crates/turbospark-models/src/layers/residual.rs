@@ -91,7 +91,7 @@ impl<B: Backend> BlockNorms<'_, B> {
         let (rows, cols) = be.shape(x);
         let mut out = be.tensor(rows, cols);
         add(&mut out);
-        let mut normed = be.tensor(rows, cols);
+        let mut normed = be.empty(rows, cols);
         be.rms_norm(&out, w, self.eps, &mut normed);
         be.add(x, &normed);
     }

@@ -33,6 +33,10 @@ pub fn assert_dir_matches(dir: &Path, name: &str, chunk: usize) {
         LoadOptions::default(),
         chunk,
     );
+    assert_tolerance(name, c);
+}
+
+fn assert_tolerance(name: &str, c: Comparison) {
     assert!(
         c.worst_rel_err <= 1e-3,
         "{name}: max |Δlogit|/std = {}",
@@ -60,6 +64,18 @@ pub fn assert_mutation_caught(name: &str, mutate: impl FnOnce(&mut ModelSpec)) {
     assert_caught(
         name,
         compare(&Cpu, &dir, &dir, spec, LoadOptions::default(), 512),
+    );
+}
+
+/// Asserts that fixture `name` matches on the CPU backend with `empty`
+/// tensors full of NaN ([`mutant::Mistake::NanEmpty`]).
+pub fn assert_matches_with_nan_empty(name: &str) {
+    let dir = fixture_dir(name);
+    let spec = read_spec(&dir).unwrap();
+    let be = mutant::Mutant::new(mutant::Mistake::NanEmpty);
+    assert_tolerance(
+        name,
+        compare(&be, &dir, &dir, spec, LoadOptions::default(), 512),
     );
 }
 

@@ -1,7 +1,8 @@
 //! A backend that is the CPU backend with one deliberate mistake, to prove
 //! that the fixtures notice mistakes no spec field can express (the order
 //! of bias and RoPE, the values of the sinks). It wraps [`Cpu`] and changes
-//! exactly one operation.
+//! exactly one operation. One variant is a check rather than a mistake:
+//! [`Mistake::NanEmpty`] must go unnoticed.
 
 use std::sync::Mutex;
 
@@ -17,6 +18,11 @@ pub enum Mistake {
     BiasAfterRope,
     /// Use zero for every attention sink logit.
     ZeroSinks,
+    /// Not a mistake: `empty` tensors hold NaN instead of zeros. The
+    /// fixtures still match only if every operation given one writes it
+    /// before anything reads it (`Backend::empty`'s contract, on which the
+    /// CUDA backend relies).
+    NanEmpty,
 }
 
 pub struct Mutant {
@@ -62,6 +68,13 @@ impl Backend for Mutant {
     }
     fn tensor(&self, rows: usize, cols: usize) -> CpuTensor {
         Cpu.tensor(rows, cols)
+    }
+    fn empty(&self, rows: usize, cols: usize) -> CpuTensor {
+        let mut t = Cpu.tensor(rows, cols);
+        if self.mistake == Mistake::NanEmpty {
+            t.data.fill(f32::NAN);
+        }
+        t
     }
     fn shape(&self, t: &CpuTensor) -> (usize, usize) {
         Cpu.shape(t)
