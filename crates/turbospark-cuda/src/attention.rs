@@ -19,6 +19,7 @@ use cudarc::driver::{CudaFunction, CudaSlice};
 use turbospark_backend::{AttnParams, KvDtype, KvSpec, Result, RopeTable};
 use turbospark_format::AttnSpan;
 
+use crate::DeviceBuf;
 use crate::flash_attention::{flash_attention, flash_supported};
 use crate::kernels::{Arg, RopeFreqs};
 use crate::memory::Purpose;
@@ -341,7 +342,7 @@ fn splits<'a>(be: &'a Cuda, kv: &CudaKv, batch: &CudaBatch, p: &AttnParams) -> S
 #[allow(clippy::too_many_arguments)]
 fn split_args(
     be: &Cuda,
-    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
+    (part_o, part_ml): (&DeviceBuf<f32>, &DeviceBuf<f32>),
     q: &CudaTensor,
     kv: &CudaKv,
     batch: &CudaBatch,
@@ -377,7 +378,7 @@ fn partials(
     rows: usize,
     p: &AttnParams,
     sp: &Splits,
-) -> (CudaSlice<f32>, CudaSlice<f32>) {
+) -> (DeviceBuf<f32>, DeviceBuf<f32>) {
     let rh = rows * p.num_heads;
     (
         be.scratch::<f32>(rh * sp.splits * p.head_dim),
@@ -456,7 +457,7 @@ fn split_attention(
 fn combine(
     be: &Cuda,
     out: &mut CudaTensor,
-    (part_o, part_ml): (&CudaSlice<f32>, &CudaSlice<f32>),
+    (part_o, part_ml): (&DeviceBuf<f32>, &DeviceBuf<f32>),
     (sink_ptr, sink_dt): (u64, i32),
     batch: &CudaBatch,
     kv: &CudaKv,

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use cudarc::driver::{CudaEvent, CudaSlice, DriverError, PinnedHostSlice, sys};
 
-use crate::Cuda;
+use crate::{Cuda, DeviceBuf};
 
 /// The token ids and positions of one forward call (`argmax_into_batch`
 /// moves `host_positions` on with the device's; the tokens it chooses are
@@ -21,7 +21,7 @@ pub struct CudaBatch {
     pub host_tokens: Vec<u32>,
     pub host_positions: Vec<u32>,
     /// `argmax_feed`'s keys and tickets, a row each (0 between launches).
-    pub(crate) argmax: (CudaSlice<u64>, CudaSlice<u32>),
+    pub(crate) argmax: (DeviceBuf<u64>, DeviceBuf<u32>),
     /// Copies of `tokens` queued for the host (`queue_tokens`), oldest
     /// first, each with the event recorded behind it, and page-locked
     /// buffers and events for the next ones.

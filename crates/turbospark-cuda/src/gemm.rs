@@ -26,9 +26,9 @@ use std::ffi::c_void;
 
 use cudarc::cublas::result::gemm_ex;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::CudaSlice;
 use turbospark_backend::Quant;
 
+use crate::DeviceBuf;
 use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::weight::{CudaWeight, Dense, WeightData};
 use crate::{Cuda, CudaTensor, Precision};
@@ -83,7 +83,7 @@ fn scratch_bytes(w: &CudaWeight, rows: usize) -> usize {
 /// to `rows` rows of it (`None` where none is needed). Calls queued on the
 /// stream run in order, so one scratch serves a sequence of them (the
 /// experts of a layer).
-pub fn weight_scratch(be: &Cuda, w: &CudaWeight, rows: usize) -> Option<CudaSlice<u8>> {
+pub fn weight_scratch(be: &Cuda, w: &CudaWeight, rows: usize) -> Option<DeviceBuf<u8>> {
     let bytes = scratch_bytes(w, rows);
     (bytes > 0).then(|| be.scratch::<u8>(bytes))
 }
@@ -103,7 +103,7 @@ pub fn gemm_rows(
     row0: usize,
     rows: usize,
     out: u64,
-    scratch: Option<&CudaSlice<u8>>,
+    scratch: Option<&DeviceBuf<u8>>,
 ) {
     gemm_rows_beta(be, x, n, w, row0, rows, out, scratch, 0.0);
 }
@@ -118,7 +118,7 @@ fn gemm_rows_beta(
     row0: usize,
     rows: usize,
     out: u64,
-    scratch: Option<&CudaSlice<u8>>,
+    scratch: Option<&DeviceBuf<u8>>,
     beta: f32,
 ) {
     let k = w.cols();

@@ -13,10 +13,12 @@
 //! All work runs in order on one stream; only [`Backend::to_host`] (and
 //! uploads) wait for it. Buffers come from the stream-ordered pool
 //! (`cuMemAllocAsync`), which keeps freed memory for reuse; recorded graphs
-//! (`begin_graph`) capture that stream, allocations included. This module
+//! (`begin_graph`) capture that stream, and take their buffers from an
+//! arena of their own ([`arena`]), so that they hold kernels only. This module
 //! owns the device handle, the tensor type and the trait's dispatch (the
 //! batch type is [`batch`]'s); it must not know about model families.
 
+mod arena;
 pub mod attention;
 pub mod batch;
 pub mod compile;
@@ -29,20 +31,24 @@ pub mod linear;
 mod memory;
 pub mod moe;
 pub mod ops;
+mod recording;
 pub mod rope_kv;
 pub mod sample;
 pub mod weight;
 
+use arena::Arena;
+pub use arena::DeviceBuf;
 pub use batch::CudaBatch;
 use memory::{Purpose, unwind_on_error};
+pub use recording::{GraphNodes, Recording};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError,
-    ValidAsZeroBits, result, sys,
+    CudaContext, CudaSlice, CudaStream, DevicePtr, DeviceRepr, DriverError, ValidAsZeroBits,
+    result, sys,
 };
 use turbospark_backend::scores::Keep;
 use turbospark_backend::{
@@ -102,17 +108,10 @@ pub enum Precision {
 /// A row-major `[rows, cols]` f32 matrix in device memory.
 pub struct CudaTensor {
     /// At least one element, so that an empty tensor is still an allocation.
-    pub data: CudaSlice<f32>,
+    pub data: DeviceBuf<f32>,
     pub rows: usize,
     pub cols: usize,
 }
-
-/// A recorded and instantiated CUDA graph.
-pub struct Recording(CudaGraph);
-
-// SAFETY: a graph may be used from any one thread at a time; `Recording`
-// is not `Sync`, and the backend launches it only on its own stream.
-unsafe impl Send for Recording {}
 
 /// One GPU: its context, the stream all work runs on, cuBLAS and the
 /// kernels.
@@ -122,6 +121,9 @@ pub struct Cuda {
     /// True between `begin_graph` and `end_graph`: operations size their
     /// launches for any future batch, not the current one.
     recording: AtomicBool,
+    /// The buffers of the graph being recorded (`crate::arena`): `Some`
+    /// between `begin_graph` and `end_graph`.
+    arena: Mutex<Option<Arena>>,
     precision: Precision,
     /// cuBLAS handles must not be used from two threads at once.
     blas: Mutex<CudaBlas>,
@@ -253,6 +255,7 @@ impl Cuda {
             ctx,
             stream,
             recording: AtomicBool::new(false),
+            arena: Mutex::new(None),
             precision: Precision::default(),
             blas: Mutex::new(blas),
             k,
@@ -289,7 +292,7 @@ impl Cuda {
             data.len()
         );
         CudaTensor {
-            data: self.upload_slice(data),
+            data: DeviceBuf::owned(self.upload_slice(data)),
             rows,
             cols,
         }
@@ -330,14 +333,24 @@ impl Cuda {
 
     /// A zeroed device buffer of `n` elements (at least one), for a
     /// forward call (out of memory unwinds: [`memory::unwind_on_error`]).
-    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> CudaSlice<T> {
+    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> DeviceBuf<T> {
         let what = || format!("a buffer of {n} elements");
-        unwind_on_error(self.try_zeros(n, &Purpose::forward(&what)))
+        let purpose = Purpose::forward(&what);
+        let buf = match self.arena_buf(n) {
+            Some(mut buf) => self
+                .try_alloc(0, &purpose, || self.stream.memset_zeros(&mut *buf))
+                .map(|()| buf),
+            None => self.try_zeros(n, &purpose).map(DeviceBuf::owned),
+        };
+        unwind_on_error(buf)
     }
 
     /// An uninitialised device buffer of `n` elements (at least one), for
     /// scratch that a kernel overwrites entirely before anything reads it.
-    pub(crate) fn scratch<T: DeviceRepr>(&self, n: usize) -> CudaSlice<T> {
+    pub(crate) fn scratch<T: DeviceRepr>(&self, n: usize) -> DeviceBuf<T> {
+        if let Some(buf) = self.arena_buf(n) {
+            return buf;
+        }
         let bytes = (n.max(1) * std::mem::size_of::<T>()) as u64;
         let what = || format!("a buffer of {n} elements");
         // SAFETY: every caller's kernels write all `n` elements before any
@@ -345,7 +358,18 @@ impl Cuda {
         // operations given an empty tensor); the memory is never exposed
         // otherwise.
         let alloc = || unsafe { self.stream.alloc(n.max(1)) };
-        unwind_on_error(self.try_alloc(bytes, &Purpose::forward(&what), alloc))
+        let slice = self.try_alloc(bytes, &Purpose::forward(&what), alloc);
+        DeviceBuf::owned(unwind_on_error(slice))
+    }
+
+    /// While a graph is recorded, a buffer of `n` elements from its arena
+    /// (uninitialised; `None` otherwise, or where the arena could not grow).
+    fn arena_buf<T>(&self, n: usize) -> Option<DeviceBuf<T>> {
+        if !self.recording() {
+            return None;
+        }
+        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
+        arena.as_mut()?.take(n)
     }
 
     /// A device copy of `v` (one zero element when `v` is empty), for a
@@ -580,25 +604,27 @@ impl Backend for Cuda {
         if self.stream.begin_capture(mode).is_err() {
             return false;
         }
+        *self.arena.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Arena::new(self.stream.clone()));
         self.recording.store(true, Ordering::Relaxed);
         true
     }
 
     fn end_graph(&self) -> Option<Recording> {
         self.recording.store(false, Ordering::Relaxed);
+        let arena = self.arena.lock().unwrap_or_else(|e| e.into_inner()).take();
         let flags = sys::CUgraphInstantiate_flags(0);
-        match self.stream.end_capture(flags) {
-            Ok(Some(g)) => Some(Recording(g)),
+        match (self.stream.end_capture(flags), arena) {
+            (Ok(Some(graph)), Some(arena)) => Some(Recording { graph, arena }),
             _ => None,
         }
     }
 
     fn replay(&self, g: &Recording) {
-        // A recorded step's buffers come from the driver at launch (the
-        // size is not known here), and a failure unwinds as a forward
-        // call's does.
+        // A step's buffers are its arena's, but one whose arena could not
+        // grow took pool memory, which the driver allocates at launch.
         let what = || "the buffers of a recorded decode step".to_string();
-        unwind_on_error(self.try_alloc(0, &Purpose::forward(&what), || g.0.launch()));
+        unwind_on_error(self.try_alloc(0, &Purpose::forward(&what), || g.graph.launch()));
     }
 
     fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) {

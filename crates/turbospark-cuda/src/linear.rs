@@ -84,7 +84,7 @@ fn project(
         (0, true) => {}
         (0, false) => be
             .stream
-            .memset_zeros(&mut out.data)
+            .memset_zeros(&mut *out.data)
             .unwrap_or_else(|e| panic!("CUDA: {e}")),
         _ => gemm(be, x, w, out, if add { 1.0 } else { 0.0 }),
     }

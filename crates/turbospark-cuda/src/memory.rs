@@ -10,11 +10,12 @@
 //! an error, not as a bug.
 //!
 //! The stream-ordered pool keeps what is freed (`Cuda::new` sets its
-//! release threshold to the maximum, so scratch stays a pool hit), but a
-//! recorded graph's launch allocates from the driver, not from that pool.
-//! So an allocation or a graph launch that runs out of memory gives the
-//! pool's unused memory back ([`Cuda::with_room`]) and is tried once more
-//! before it fails. This module must not launch kernels.
+//! release threshold to the maximum, so scratch stays a pool hit). A
+//! recorded graph's buffers come from its arena (`crate::arena`), or, where
+//! that could not grow, from the driver at the graph's launch, not from
+//! that pool. So an allocation or a graph launch that runs out of memory
+//! gives the pool's unused memory back ([`Cuda::with_room`]) and is tried
+//! once more before it fails. This module must not launch kernels.
 
 use cudarc::driver::{CudaSlice, DeviceRepr, DriverError, ValidAsZeroBits, result, sys};
 use turbospark_backend::BackendError;

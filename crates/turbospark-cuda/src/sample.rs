@@ -11,7 +11,7 @@ use turbospark_backend::ScoreStats;
 use turbospark_backend::scores::{self, Keep};
 
 use crate::kernels::{Arg, KeepArg};
-use crate::{Cuda, CudaBatch, CudaTensor};
+use crate::{Cuda, CudaBatch, CudaTensor, DeviceBuf};
 
 /// Threads per block, and the most blocks one row is split over.
 const THREADS: u32 = 256;
@@ -74,7 +74,7 @@ fn blocks_per_row(cols: usize) -> u32 {
 
 /// argmax_rows's keys of `rows` rows of `cols` floats from address `x`
 /// (queued, not read back).
-fn argmax_keys(be: &Cuda, x: u64, rows: usize, cols: usize) -> CudaSlice<u64> {
+fn argmax_keys(be: &Cuda, x: u64, rows: usize, cols: usize) -> DeviceBuf<u64> {
     // Zero = "no number seen" for every row.
     let best = be.zeros::<u64>(rows);
     be.launch(

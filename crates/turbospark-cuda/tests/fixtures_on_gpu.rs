@@ -266,3 +266,36 @@ fn greedy_decode_ahead_chooses_what_feed_argmax_does() {
         println!("{name:>16}: greedy decode a step ahead chose as feed_argmax");
     }
 }
+
+/// A recorded decode step is a graph of kernels only, on every fixture:
+/// its buffers come from the recording's arena, so it has no memory
+/// allocation or free node (each would cost a launch and break the PDL
+/// edge between the kernels around it), and nothing zeroes memory between
+/// kernels. The greedy step ends in its choice; the step that keeps its
+/// logits adds the copy into them, one memcpy node at most.
+#[test]
+fn recorded_steps_hold_kernel_nodes_only() {
+    let Some(be) = common::gpu() else { return };
+    let mut wrong = Vec::new();
+    for dir in all_fixtures() {
+        let (name, r, model) = load_fixture(&be, &dir);
+        let mut session = Session::new(&be, model.as_ref(), r.tokens.len() + 8, 512).unwrap();
+        let first = session.feed_argmax(&r.tokens).unwrap();
+        let (_, end) = greedy_ahead(&mut session, first, 2);
+        assert_eq!(end, GreedyEnd::Steps, "{name}");
+        let greedy = session.recorded_step().expect("recorded").nodes().unwrap();
+        session.feed(&[first], false).unwrap();
+        let kept = session.recorded_step().expect("recorded").nodes().unwrap();
+        println!("{name:>16}: greedy {greedy:?}\n{:>16}  logits {kept:?}", "");
+        for (what, n, memcpys) in [("greedy", greedy, 0), ("logits", kept, 1)] {
+            let only_kernels = n.kernels > 0
+                && (n.allocs, n.frees, n.memsets, n.other) == (0, 0, 0, 0)
+                && n.memcpys <= memcpys
+                && n.arena_bytes > 0;
+            if !only_kernels {
+                wrong.push(format!("{name}: {what} step: {n:?}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -91,7 +91,16 @@ impl<'m, B: Backend> Session<'m, B> {
     /// Whether decode steps replay a recording (after the first decode
     /// step, on a backend that records).
     pub fn decode_recorded(&self) -> bool {
-        matches!(self.decode, Decode::Recorded(_))
+        self.recorded_step().is_some()
+    }
+
+    /// The recorded decode step, if there is one (to inspect the backend's
+    /// graph: `turbospark_cuda::Recording::nodes`).
+    pub fn recorded_step(&self) -> Option<&B::Graph> {
+        match &self.decode {
+            Decode::Recorded(g) => Some(&g.graph),
+            _ => None,
+        }
     }
 
     /// Runs every decode step as queued work instead of replaying a

@@ -69,7 +69,8 @@ impl<B: Backend> BlockNorms<'_, B> {
     }
 
     /// `x += post(y · Wᵀ + bias)`: the block's output projection into the
-    /// residual stream (one operation without a post-norm).
+    /// residual stream (one operation without a post-norm; with one, the
+    /// projection writes a new tensor, which is normed and added).
     pub fn project_into(
         &self,
         be: &B,
@@ -78,21 +79,33 @@ impl<B: Backend> BlockNorms<'_, B> {
         bias: Option<&B::Weight>,
         x: &mut B::Tensor,
     ) {
-        self.add_output(be, x, |acc| be.linear_add(y, w, bias, acc));
+        let Some(post) = self.post else {
+            return be.linear_add(y, w, bias, x);
+        };
+        let (rows, cols) = be.shape(x);
+        let mut out = be.empty(rows, cols);
+        be.linear(y, w, bias, &mut out);
+        self.add_normed(be, x, &out, post);
     }
 
     /// `x += post(out)` for a block output that `add` adds into the tensor
     /// it is given: straight into `x` without a post-norm, else into zeros
     /// (a new tensor), which are then normed and added.
     pub fn add_output(&self, be: &B, x: &mut B::Tensor, add: impl FnOnce(&mut B::Tensor)) {
-        let Some(w) = self.post else {
+        let Some(post) = self.post else {
             return add(x);
         };
         let (rows, cols) = be.shape(x);
         let mut out = be.tensor(rows, cols);
         add(&mut out);
+        self.add_normed(be, x, &out, post);
+    }
+
+    /// `x += rms_norm(out) · post`.
+    fn add_normed(&self, be: &B, x: &mut B::Tensor, out: &B::Tensor, post: &B::Weight) {
+        let (rows, cols) = be.shape(x);
         let mut normed = be.empty(rows, cols);
-        be.rms_norm(&out, w, self.eps, &mut normed);
+        be.rms_norm(out, post, self.eps, &mut normed);
         be.add(x, &normed);
     }
 }
