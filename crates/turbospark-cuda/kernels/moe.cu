@@ -111,7 +111,9 @@ extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logi
 // logits into block 0's shared memory; after the cluster barrier block
 // 0's first warp routes. Spreading the rows keeps each block's copy short:
 // with one block copying gpt-oss-20b's whole 184 KB router the launch took
-// 10.9 µs alone (ncu), with four 9.1, and only the latter paid in decode.
+// 10.9 µs alone (ncu), with four 9.1, and only the latter paid in decode;
+// eight blocks of four rows made the step 0.4% faster again (the host
+// picks: src/moe.rs's NR_ROWS).
 // Numerics: normed = w · (x · r), r = 1 / sqrt(mean(x²) + eps), norm.cu's
 // order (the sum of squares a block tree); a logit is Σ normed · W (lanes,
 // then a warp tree) plus the bias, the CPU linear's order; block 0 writes

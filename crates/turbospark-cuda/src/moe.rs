@@ -125,8 +125,12 @@ fn routing_mode(r: Routing) -> i32 {
 const NR_THREADS: u32 = 8 * 32;
 const NR_HELD: usize = 16;
 /// Router rows a `moe_norm_route` block takes where there are enough blocks
-/// (one a warp), and the most blocks a portable cluster has.
-const NR_ROWS: usize = 8;
+/// (at most one a warp), and the most blocks a portable cluster has. Four,
+/// not eight: the shorter copy a block measured faster in a step
+/// (BENCHMARKS.md, twenty-fourth session: gpt-oss-20b's 32 experts over 8
+/// blocks 537.3 tok/s, over 4 535.2, over 2 525.0; gpt-oss-120b's 128 over
+/// 8 blocks 363.6, over 4 351.2).
+const NR_ROWS: usize = 4;
 const MAX_CLUSTER: usize = 8;
 
 /// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`. One decode
@@ -183,7 +187,7 @@ pub fn rms_norm_moe(
 }
 
 /// `moe_norm_route`'s blocks for `experts` router rows of `hidden` values
-/// (one cluster: eight rows a block, one a warp, up to the portable cluster
+/// (one cluster: four rows a block, one a warp, up to the portable cluster
 /// size), and each block's dynamic shared memory: its rows (2 bytes a
 /// value), the normed row and the logits (f32).
 fn route_geometry(experts: usize, hidden: usize) -> (usize, usize) {
@@ -503,14 +507,14 @@ mod tests {
     }
 
     /// The presets' routers spread over one cluster: gpt-oss-20b's 32 rows
-    /// of 2,880 four blocks of 8 (46 KB of rows each), gpt-oss-120b's 128
+    /// of 2,880 eight blocks of 4 (23 KB of rows each), gpt-oss-120b's 128
     /// eight of 16 (92 KB), Qwen3-30B-A3B's 128 of 2,048 eight of 16;
-    /// Mixtral's 8 of 4,096 one block.
+    /// Mixtral's 8 of 4,096 two blocks of 4.
     #[test]
     fn the_fused_routing_spreads_the_router_over_one_cluster() {
         assert_eq!(
             route_geometry(32, 2880),
-            (4, 8 * 2880 * 2 + (2880 + 32) * 4)
+            (8, 4 * 2880 * 2 + (2880 + 32) * 4)
         );
         assert_eq!(
             route_geometry(128, 2880),
@@ -520,7 +524,7 @@ mod tests {
             route_geometry(128, 2048),
             (8, 16 * 2048 * 2 + (2048 + 128) * 4)
         );
-        assert_eq!(route_geometry(8, 4096), (1, 8 * 4096 * 2 + (4096 + 8) * 4));
+        assert_eq!(route_geometry(8, 4096), (2, 4 * 4096 * 2 + (4096 + 8) * 4));
         // A 128-row cluster of blocks of 16 rows fits the H200's 227 KB.
         assert!(route_geometry(128, 2880).1 < 227 * 1024);
     }
