@@ -252,6 +252,16 @@ __device__ constexpr u32 every_nth_lane(u32 n) {
 // in the kernel instead, by the last block of each KV head to finish, was
 // slower, over a full span's 68 splits and over a sliding window's six:
 // BENCHMARKS.md, eighth and eleventh sessions.)
+//
+// The window form (`attn_gqa_*_window`, W > 0) serves a sliding span whose
+// window fits W tiles: one block a KV head walks the window's positions
+// (qpos + 1 − window ..= qpos, slot = position % capacity, so a wrapped
+// ring is no longer the hull of its slots) instead of one split a tile
+// over the whole ring. Every tile is copied before waiting for the
+// projection, and the block normalises its own output, sink included,
+// with no attn_combine launch: attn_combine's arithmetic for one split
+// (M = max(m, sink), w = exp(m − M), out = acc · w / (l · w + exp(sink −
+// M))). The tiles' scores, softmax and values are the split form's code.
 // Must match `GqaStep` in src/attention.rs.
 struct GqaStep {
     const float* k;       // this step's key row [kv_dim], not rotated
@@ -259,12 +269,15 @@ struct GqaStep {
     void* kc;             // the store (the kernel's kc and vc, written here)
     void* vc;
     i64* slot_pos;
+    float* out;           // the window form's output [rows, heads·head_dim]
+    const void* sinks;    // and its sinks (null: none), of dtype sinks_dt
     float factor;         // RoPE's attention factor
     u32 pairs;            // pairs of a head that rotate
+    int sinks_dt;
     RopeFreqs freqs;
 };
 
-template <typename S, int J, int G, bool STEP>
+template <typename S, int J, int G, bool STEP, int W>
 __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const float* q,
                                          const S* kc, const S* vc, const i64* slot_pos,
                                          const u32* positions, u32 num_heads, u32 group,
@@ -276,31 +289,44 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     constexpr u32 T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
     constexpr u32 LPK = 32 / T;
     constexpr u32 KS = CH + LPK;  // chunks a staged key row
+    static_assert(W == 0 || STEP, "the window form is a step form");
+    constexpr u32 NB = W > 0 ? W : 1;  // tiles staged at once
     const u32 lane = threadIdx.x & 31u, head = threadIdx.x >> 5;
     const u32 kv_heads = num_heads / group;
     const u32 row = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads;
     const u32 split = blockIdx.y;
     __shared__ float4 qs[G * H4];
-    __shared__ uint4 ks[T * KS];
-    __shared__ uint4 vs[T * CH];
+    __shared__ uint4 ks[NB * T * KS];
+    __shared__ uint4 vs[NB * T * CH];
     // A split this row cannot see (past its position, outside its window:
     // most of a recorded step's splits early in a sequence, and of a
     // sliding layer's) writes nothing; attn_combine skips it. (positions
     // come from the host before any kernel of the step: the step form
-    // reads them before waiting for the previous kernel.)
+    // reads them before waiting for the previous kernel.) The window form
+    // walks rows [s0, s1) of positions, not slots: the window's.
     const i64 qpos = (i64)positions[row];
     u32 s0, s1;
-    split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
-    if (s0 >= s1) return;
+    if constexpr (W > 0) {
+        s0 = qpos + 1 > window ? (u32)(qpos + 1 - window) : 0u;
+        s1 = (u32)qpos + 1;
+    } else {
+        split_slots(qpos, window, slot_lo, slot_hi, per_split, capacity, split, s0, s1);
+        if (s0 >= s1) return;
+    }
     // head_dim is a multiple of VEC (src/attention.rs): whole chunks.
     const u32 h4 = head_dim / 4, hc = head_dim / VEC, half = head_dim / 2;
     const u64 kv_off = (u64)kvh * head_dim;
-    // The step's slot when this block's split holds it (else none): its
-    // key and value come from `fresh`, not from the store.
-    u32 cur = 0xffffffffu;
+    // The step's row when this block holds it (else none), and its slot:
+    // its key and value come from `fresh`, not from the store. (The window
+    // form always holds it: the window ends at qpos.)
+    u32 cur = 0xffffffffu, cur_slot = 0;
     if (STEP) {
-        const u32 slot = (u32)(qpos % (i64)capacity);
-        if (slot >= s0 && slot < s1) cur = slot;
+        cur_slot = (u32)(qpos % (i64)capacity);
+        if (W > 0) {
+            cur = (u32)qpos;
+        } else if (cur_slot >= s0 && cur_slot < s1) {
+            cur = cur_slot;
+        }
     }
     // Copies of rows [t0, t0 + nk) of the store to shared memory, the
     // step's own slot left out: chunk c of row r for i = r · hc + c, the
@@ -331,15 +357,31 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             }
         }
     };
+    // The window form's copies: positions [p0, p0 + nk) into staged tile
+    // b. Their slots run from p0 % capacity and wrap once at most (nk ≤
+    // window ≤ capacity).
+    auto stage_window = [&](u32 b, u32 p0, u32 nk) {
+        const u32 base = p0 % capacity;
+        for (u32 i = threadIdx.x; i < nk * hc; i += blockDim.x) {
+            const u32 r = i / hc, c = i % hc;
+            if (p0 + r == cur) continue;
+            const u32 s = base + r >= capacity ? base + r - capacity : base + r;
+            const u64 src = (u64)s * kv_dim + kv_off + VEC * c;
+            cp_async16(&ks[(b * T + r) * KS + c], kc + src);
+            cp_async16(&vs[(b * T + r) * CH + c], vc + src);
+        }
+    };
     const u32 key = lane / LPK, sub = lane % LPK;  // the key this lane scores
-    // Whether this lane's key of the tile at t0 (nk slots) is visible: the
-    // step's own slot holds position qpos, the others what slot_pos says.
+    // Whether this lane's key of the tile at row t0 (nk rows) is visible:
+    // the step's own row holds position qpos, the others what slot_pos says.
     auto live_at = [&](u32 t0, u32 nk) {
         if (key >= nk) return false;
-        const i64 kp = STEP && t0 + key == cur ? qpos : slot_pos[t0 + key];
+        const u32 r = t0 + key;
+        const i64 kp = STEP && r == cur ? qpos : slot_pos[W > 0 ? r % capacity : r];
         return !(kp < 0 || kp > qpos || (window > 0 && qpos - kp >= window));
     };
     bool first_live = false;
+    u32 live_tiles = 0;  // the window form's: bit b, this lane's key of tile b
     // The step's RoPE cosines and sines, one a pair (rope.cuh): every
     // head's query and the step's key rotate by the same angles, so the
     // block computes each once rather than every warp all of them.
@@ -351,8 +393,15 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         // do the first tile's slot positions (also written by earlier
         // steps: one dependent load fewer after the wait) and the angles
         // (the position comes from the host).
-        stage(s0, min(T, s1 - s0));
-        first_live = live_at(s0, min(T, s1 - s0));
+        if constexpr (W > 0) {
+            for (u32 b = 0, t0 = s0; t0 < s1; b++, t0 += T) {
+                stage_window(b, t0, min(T, s1 - t0));
+                live_tiles |= (u32)live_at(t0, min(T, s1 - t0)) << b;
+            }
+        } else {
+            stage(s0, min(T, s1 - s0));
+            first_live = live_at(s0, min(T, s1 - s0));
+        }
         for (u32 i = threadIdx.x; i < st.pairs; i += blockDim.x) {
             rope_cos_sin((u32)qpos, st.freqs.f[i], st.factor, cs[i].x, cs[i].y);
         }
@@ -377,8 +426,8 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         __syncwarp();
         if (cur != 0xffffffffu) {
             S *fk = (S*)fresh_k, *fv = (S*)fresh_v;
-            S *kc_out = (S*)st.kc + (u64)cur * kv_dim + kv_off;
-            S *vc_out = (S*)st.vc + (u64)cur * kv_dim + kv_off;
+            S *kc_out = (S*)st.kc + (u64)cur_slot * kv_dim + kv_off;
+            S *vc_out = (S*)st.vc + (u64)cur_slot * kv_dim + kv_off;
             const float *kr = st.k + kv_off, *vr = st.v + kv_off;
             for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
                 float a = kr[i], b = kr[i + half];
@@ -394,35 +443,53 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                 kv_put(vc_out, i + half, d);
             }
             // Every KV head's block writes the same position.
-            if (threadIdx.x == 0) st.slot_pos[cur] = qpos;
+            if (threadIdx.x == 0) st.slot_pos[cur_slot] = qpos;
             __syncthreads();  // fresh_k and fresh_v complete
         }
+        if constexpr (W > 0) {
+            // Every tile is in flight: the step's row goes in, then one
+            // wait for them all.
+            const u32 b = (cur - s0) / T, r = (cur - s0) % T;
+            for (u32 c = threadIdx.x; c < hc; c += blockDim.x) {
+                ks[(b * T + r) * KS + c] = fresh_k[c];
+                vs[(b * T + r) * CH + c] = fresh_v[c];
+            }
+            cp_async_wait_all();
+            __syncthreads();
+        }
     }
-    const S* vt = (const S*)vs;
 
     // Per-lane denominator terms (each key's first lane holds its p); the
     // warp sums them once at the end.
     float m = NEG_INF, l = 0.0f, acc[J];
 #pragma unroll
     for (int j = 0; j < J; j++) acc[j] = 0.0f;
-    for (u32 t0 = s0; t0 < s1; t0 += T) {
+    for (u32 t0 = s0, b = 0; t0 < s1; t0 += T, b++) {
         const u32 nk = min(T, s1 - t0);
-        if (!STEP || t0 != s0) stage(t0, nk);
-        if (STEP && cur >= t0 && cur < t0 + nk) {
-            for (u32 c = threadIdx.x; c < hc; c += blockDim.x) {
-                ks[(cur - t0) * KS + c] = fresh_k[c];
-                vs[(cur - t0) * CH + c] = fresh_v[c];
+        bool live;
+        if constexpr (W > 0) {
+            live = (live_tiles >> b) & 1u;
+        } else {
+            if (!STEP || t0 != s0) stage(t0, nk);
+            if (STEP && cur >= t0 && cur < t0 + nk) {
+                for (u32 c = threadIdx.x; c < hc; c += blockDim.x) {
+                    ks[(cur - t0) * KS + c] = fresh_k[c];
+                    vs[(cur - t0) * CH + c] = fresh_v[c];
+                }
             }
+            live = STEP && t0 == s0 ? first_live : live_at(t0, nk);
+            cp_async_wait_all();
+            __syncthreads();
         }
-        const bool live = STEP && t0 == s0 ? first_live : live_at(t0, nk);
-        cp_async_wait_all();
-        __syncthreads();
+        // This tile's staged rows (the split form has one buffer).
+        const uint4* kt = ks + (W > 0 ? b : 0u) * T * KS;
+        const S* vt = (const S*)(vs + (W > 0 ? b : 0u) * T * CH);
         // Four partial sums (value i of a chunk into component i % 4):
         // four short chains of dependent multiply-adds instead of one long
         // one.
         float4 d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (live) {
-            const uint4* kk = ks + key * KS;
+            const uint4* kk = kt + key * KS;
 #pragma unroll 8
             for (u32 c = sub; c < hc; c += LPK) dot_chunk<S>(kk[c], qq + c * (VEC / 4), d);
         }
@@ -476,10 +543,30 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                 }
             }
         }
-        __syncthreads();  // the next tile overwrites the staged rows
+        if (W == 0) __syncthreads();  // the next tile overwrites the staged rows
     }
     // No live slot: m = −inf, l = 0, output 0, which the combine skips.
     l = warp_sum(l);
+    if constexpr (W > 0) {
+        // attn_combine's arithmetic for one split (its order, so its bits
+        // for the same (m, l, acc)). No live key and no sink gives 0/0 =
+        // NaN, as on the CPU.
+        float M = m, sink_term = 0.0f;
+        if (st.sinks) {
+            const float sink = load_w(st.sinks, st.sinks_dt, kvh * group + head);
+            M = fmaxf(M, sink);
+            sink_term = expf(sink - M);
+        }
+        const float w = m == NEG_INF ? 0.0f : expf(m - M);
+        const float inv = 1.0f / (l * w + sink_term);
+        float* dst = st.out + qh * head_dim;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const u32 d = lane * J + j;
+            if (d < head_dim) dst[d] = acc[j] * w * inv;
+        }
+        return;
+    }
     const u64 out = qh * splits + split;
 #pragma unroll
     for (int j = 0; j < J; j++) {
@@ -509,11 +596,11 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 #define ATT_GQA_FORMS(name, S, J, G)                                                             \
     extern "C" __global__ void __launch_bounds__(32 * G) name(ATT_GQA_ARGS(S)) {                \
         pdl_enter();                                                                            \
-        attn_gqa<S, J, G, false>(ATT_GQA_PASS, GqaStep{});                                       \
+        attn_gqa<S, J, G, false, 0>(ATT_GQA_PASS, GqaStep{});                                    \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(32 * G)                                         \
         name##_step(ATT_GQA_ARGS(S), GqaStep st) {                                               \
-        attn_gqa<S, J, G, true>(ATT_GQA_PASS, st); /* calls pdl_enter */                         \
+        attn_gqa<S, J, G, true, 0>(ATT_GQA_PASS, st); /* calls pdl_enter */                      \
     }
 #define ATT_GQA_KERNEL(name, J, G)                                                               \
     ATT_GQA_FORMS(name, float, J, G)                                                             \
@@ -523,6 +610,19 @@ ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16)
 ATT_GQA_KERNEL(attn_gqa_hd128_g4, 4, 4)
 ATT_GQA_KERNEL(attn_gqa_hd128_g8, 4, 8)
 ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
+
+// The window forms, W tiles of 32 slots (W · 32 positions) staged at once:
+// over a bf16 store with head_dim ≤ 64 only, where 4 tiles (gpt-oss's
+// window of 128) take 34 KB of the 48 KB a block may have statically. A
+// wider head's tile is twice the bytes, an f32 store's too, and no family
+// pairs those with so short a window.
+#define ATT_GQA_WINDOW(name, J, G, W)                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * G)                                         \
+        name##_window(ATT_GQA_ARGS(u16), GqaStep st) {                                           \
+        attn_gqa<u16, J, G, true, W>(ATT_GQA_PASS, st); /* calls pdl_enter */                    \
+    }
+ATT_GQA_WINDOW(attn_gqa_hd64_g8_bf16kv, 2, 8, 4)
+ATT_GQA_WINDOW(attn_gqa_hd64_g16_bf16kv, 2, 16, 4)
 
 // Most splits one (row, head) may have (the combine's shared weights).
 #define ATT_MAX_SPLITS 256

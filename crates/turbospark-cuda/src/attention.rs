@@ -49,12 +49,18 @@ const GQA_WARPS_PER_SM: usize = 32;
 const COMBINE_THREADS: u32 = 256;
 const _: () = assert!(MAX_SPLITS <= COMBINE_THREADS as usize);
 
-/// A GQA decode kernel (kernels/attention.cu), in its two forms: the
-/// attention alone and a decode step's fused kernel (`GqaStep`), and its
-/// tile of slots.
+/// Tiles a window form stages at once (`W` of kernels/attention.cu's
+/// `ATT_GQA_WINDOW`): 4 of 32 positions, gpt-oss's window of 128.
+const WINDOW_TILES: usize = 4;
+
+/// A GQA decode kernel (kernels/attention.cu), in its forms: the attention
+/// alone, a decode step's fused kernel (`GqaStep`) and, where the shapes
+/// have one, that step's window form for short sliding spans; and its tile
+/// of slots.
 struct Gqa<'a> {
     plain: &'a CudaFunction,
     step: &'a CudaFunction,
+    window: Option<&'a CudaFunction>,
     tile: usize,
 }
 
@@ -69,13 +75,38 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
         return None;
     }
     let k = &be.k;
+    let window = |f| be.window_attention.then_some(f);
     let forms = match dtype {
         KvDtype::F32 => [
-            (64, 8, &k.attn_gqa_hd64_g8, &k.attn_gqa_hd64_g8_step),
-            (64, 16, &k.attn_gqa_hd64_g16, &k.attn_gqa_hd64_g16_step),
-            (128, 4, &k.attn_gqa_hd128_g4, &k.attn_gqa_hd128_g4_step),
-            (128, 8, &k.attn_gqa_hd128_g8, &k.attn_gqa_hd128_g8_step),
-            (256, 4, &k.attn_gqa_hd256_g4, &k.attn_gqa_hd256_g4_step),
+            (64, 8, &k.attn_gqa_hd64_g8, &k.attn_gqa_hd64_g8_step, None),
+            (
+                64,
+                16,
+                &k.attn_gqa_hd64_g16,
+                &k.attn_gqa_hd64_g16_step,
+                None,
+            ),
+            (
+                128,
+                4,
+                &k.attn_gqa_hd128_g4,
+                &k.attn_gqa_hd128_g4_step,
+                None,
+            ),
+            (
+                128,
+                8,
+                &k.attn_gqa_hd128_g8,
+                &k.attn_gqa_hd128_g8_step,
+                None,
+            ),
+            (
+                256,
+                4,
+                &k.attn_gqa_hd256_g4,
+                &k.attn_gqa_hd256_g4_step,
+                None,
+            ),
         ],
         KvDtype::Bf16 => [
             (
@@ -83,39 +114,45 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
                 8,
                 &k.attn_gqa_hd64_g8_bf16kv,
                 &k.attn_gqa_hd64_g8_bf16kv_step,
+                window(&k.attn_gqa_hd64_g8_bf16kv_window),
             ),
             (
                 64,
                 16,
                 &k.attn_gqa_hd64_g16_bf16kv,
                 &k.attn_gqa_hd64_g16_bf16kv_step,
+                window(&k.attn_gqa_hd64_g16_bf16kv_window),
             ),
             (
                 128,
                 4,
                 &k.attn_gqa_hd128_g4_bf16kv,
                 &k.attn_gqa_hd128_g4_bf16kv_step,
+                None,
             ),
             (
                 128,
                 8,
                 &k.attn_gqa_hd128_g8_bf16kv,
                 &k.attn_gqa_hd128_g8_bf16kv_step,
+                None,
             ),
             (
                 256,
                 4,
                 &k.attn_gqa_hd256_g4_bf16kv,
                 &k.attn_gqa_hd256_g4_bf16kv_step,
+                None,
             ),
         ],
     };
     forms
         .into_iter()
-        .find(|&(hd, g, _, _)| head_dim <= hd && group <= g)
-        .map(|(hd, _, plain, step)| Gqa {
+        .find(|&(hd, g, ..)| head_dim <= hd && group <= g)
+        .map(|(hd, _, plain, step, window)| Gqa {
             plain,
             step,
+            window,
             tile: (4096 / hd).min(32),
         })
 }
@@ -338,11 +375,12 @@ fn splits<'a>(be: &'a Cuda, kv: &CudaKv, batch: &CudaBatch, p: &AttnParams) -> S
     }
 }
 
-/// The arguments the split kernels share (`ATT_GQA_ARGS` without `splits`).
+/// The arguments the split kernels share (`ATT_GQA_ARGS` without `splits`);
+/// the partials' device addresses (0 for the window form, which has none).
 #[allow(clippy::too_many_arguments)]
 fn split_args(
     be: &Cuda,
-    (part_o, part_ml): (&DeviceBuf<f32>, &DeviceBuf<f32>),
+    (part_o, part_ml): (u64, u64),
     q: &CudaTensor,
     kv: &CudaKv,
     batch: &CudaBatch,
@@ -351,8 +389,8 @@ fn split_args(
     sp: &Splits,
 ) -> Vec<Arg> {
     vec![
-        Arg::Ptr(be.ptr(part_o)),
-        Arg::Ptr(be.ptr(part_ml)),
+        Arg::Ptr(part_o),
+        Arg::Ptr(part_ml),
         Arg::Ptr(be.ptr(&q.data)),
         Arg::Ptr(be.ptr(&kv.k)),
         Arg::Ptr(be.ptr(&kv.v)),
@@ -425,7 +463,8 @@ fn split_attention(
     let n = batch.rows();
     let sp = splits(be, kv, batch, p);
     let (part_o, part_ml) = partials(be, n, p, &sp);
-    let mut args = split_args(be, (&part_o, &part_ml), q, kv, batch, p, window, &sp);
+    let parts = (be.ptr(&part_o), be.ptr(&part_ml));
+    let mut args = split_args(be, parts, q, kv, batch, p, window, &sp);
     match (&sp.gqa, step) {
         // One block a split, one warp a query head.
         (Some(k), step) => {
@@ -497,8 +536,11 @@ pub struct GqaStep {
     kc: u64,
     vc: u64,
     slot_pos: u64,
+    out: u64,
+    sinks: u64,
     factor: f32,
     pairs: u32,
+    sinks_dt: i32,
     freqs: RopeFreqs,
 }
 
@@ -507,7 +549,10 @@ pub struct GqaStep {
 /// GQA kernel's step form rotates q and k itself and stores k and v
 /// (kernels/attention.cu, `GqaStep`) before `attn_combine` merges its
 /// splits, leaving `q` and `k` as they came (not rotated): one launch
-/// fewer. Otherwise the two operations.
+/// fewer. A sliding span whose window (or ring) fits the kernel's window
+/// form ([`WINDOW_TILES`] tiles) takes that form instead: one block a KV
+/// head over the window's positions, normalised in the kernel, with no
+/// `attn_combine` (two launches fewer). Otherwise the two operations.
 #[allow(clippy::too_many_arguments)]
 pub fn rope_kv_attention(
     be: &Cuda,
@@ -542,11 +587,42 @@ pub fn rope_kv_attention(
         kc: be.ptr(&kv.k),
         vc: be.ptr(&kv.v),
         slot_pos: be.ptr(&kv.slot_pos),
+        out: be.ptr(&out.data),
+        sinks: args.sinks.0,
         factor: rot.factor,
         pairs: rot.pairs as u32,
+        sinks_dt: args.sinks.1,
         freqs: *rot.freqs,
     };
-    split_attention(be, q, kv, batch, p, args, Some(step), out);
+    match window_form(be, kv, p) {
+        Some((f, group)) => {
+            // One block a KV head; no partials (the output is the step's).
+            let sp = Splits {
+                gqa: None,
+                lo: 0,
+                hi: kv.spec.capacity,
+                per_split: kv.spec.capacity,
+                splits: 1,
+            };
+            let mut a = split_args(be, (0, 0), q, kv, batch, p, args.window, &sp);
+            a.extend([Arg::U32(1), Arg::Step(Box::new(step))]);
+            be.launch(f, (p.num_kv_heads as u32, 1, 1), 32 * group as u32, &a);
+        }
+        None => split_attention(be, q, kv, batch, p, args, Some(step), out),
+    }
+}
+
+/// The window form of the step's GQA kernel, and its group, where the span
+/// is sliding and its window's positions (at most the ring's capacity)
+/// fit the form's staged tiles.
+fn window_form<'a>(be: &'a Cuda, kv: &CudaKv, p: &AttnParams) -> Option<(&'a CudaFunction, usize)> {
+    let AttnSpan::Sliding { window } = p.span else {
+        return None;
+    };
+    let group = p.num_heads / p.num_kv_heads;
+    let k = gqa_kernel(be, p.head_dim, group, kv.spec.dtype)?;
+    let f = k.window?;
+    (window.min(kv.spec.capacity) <= WINDOW_TILES * k.tile).then_some((f, group))
 }
 
 #[cfg(test)]

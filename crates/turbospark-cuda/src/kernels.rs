@@ -112,7 +112,8 @@ kernels! {
         attn_gqa_hd128_g4_bf16kv, attn_gqa_hd128_g8_bf16kv, attn_gqa_hd256_g4_bf16kv,
         attn_gqa_hd64_g8_bf16kv_step, attn_gqa_hd64_g16_bf16kv_step,
         attn_gqa_hd128_g4_bf16kv_step, attn_gqa_hd128_g8_bf16kv_step,
-        attn_gqa_hd256_g4_bf16kv_step,
+        attn_gqa_hd256_g4_bf16kv_step, attn_gqa_hd64_g8_bf16kv_window,
+        attn_gqa_hd64_g16_bf16kv_window,
     ],
     "sample.cu" => [argmax_rows, argmax_feed, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
     "moe.cu" => [moe_route, moe_norm_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],
@@ -197,6 +198,32 @@ pub fn launch(
     unsafe { sys::cuLaunchKernelEx(&cfg, f.cu_function(), params.as_mut_ptr(), ptr::null_mut()) }
         .result()
         .unwrap_or_else(|e| panic!("CUDA kernel launch failed: {e}"));
+}
+
+/// The most blocks of `block` threads and `shared` bytes of dynamic shared
+/// memory a cluster of `f` may have on this GPU, as the driver computes it
+/// (`cuOccupancyMaxPotentialClusterSize`, which honours `f`'s
+/// non-portable-size attribute), or None where it cannot say.
+pub fn max_cluster(f: &CudaFunction, block: u32, shared: u32) -> Option<u32> {
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: 16,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared,
+        hStream: ptr::null_mut(),
+        attrs: ptr::null_mut(),
+        numAttrs: 0,
+    };
+    let mut n = 0;
+    // SAFETY: `cfg` describes a launch of `f` and outlives the call, which
+    // writes one int.
+    unsafe { sys::cuOccupancyMaxPotentialClusterSize(&mut n, f.cu_function(), &cfg) }
+        .result()
+        .ok()?;
+    u32::try_from(n).ok()
 }
 
 /// Blocks for a grid-stride kernel over `n` elements.

@@ -152,6 +152,13 @@ pub struct Cuda {
     /// Dynamic shared memory `moe_norm_route` may take: what the GPU gives
     /// a block, less 2 KB for its static memory.
     route_shared: u32,
+    /// Most blocks of a `moe_norm_route` cluster on this GPU (16 on the
+    /// H200; see `moe::route_cluster`).
+    route_cluster: usize,
+    /// Attend a decode step's short sliding window in one block a KV head
+    /// with no combine (unless `TURBOSPARK_CUDA_WINDOW_ATTENTION=0`; see
+    /// `attention::rope_kv_attention`).
+    window_attention: bool,
 }
 
 impl Cuda {
@@ -219,6 +226,11 @@ impl Cuda {
             sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             optin_dynamic as i32,
         )?;
+        let route_cluster = if bulk_copies {
+            moe::route_cluster(&k.moe_norm_route)
+        } else {
+            1
+        };
         // Flash attention over a bf16 store: two stages of K and V tiles
         // (up to 68 KB).
         for (f, hd) in [
@@ -270,6 +282,9 @@ impl Cuda {
             fused_route: bulk_copies
                 && std::env::var("TURBOSPARK_CUDA_FUSED_ROUTE").map_or(true, |v| v != "0"),
             route_shared: optin_dynamic,
+            route_cluster,
+            window_attention: std::env::var("TURBOSPARK_CUDA_WINDOW_ATTENTION")
+                .map_or(true, |v| v != "0"),
         })
     }
 

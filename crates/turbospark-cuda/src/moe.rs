@@ -27,11 +27,11 @@
 use turbospark_backend::{Backend, Experts, MoeParams, rms_norm_moe_parts};
 use turbospark_format::{ExpertAct, Routing};
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaFunction, CudaSlice, sys};
 
 use crate::gemm::{XType, gemm_rows, weight_scratch};
 use crate::gemv::{GemvEdges, GemvGlu, GemvJob, gemv};
-use crate::kernels::{Arg, BLOCK, grid_for};
+use crate::kernels::{self, Arg, BLOCK, grid_for};
 use crate::linear::GEMM_MIN_ROWS;
 use crate::weight::{CudaWeight, Dense, WeightData};
 use crate::{Cuda, CudaTensor, Precision};
@@ -125,13 +125,40 @@ fn routing_mode(r: Routing) -> i32 {
 const NR_THREADS: u32 = 8 * 32;
 const NR_HELD: usize = 16;
 /// Router rows a `moe_norm_route` block takes where there are enough blocks
-/// (at most one a warp), and the most blocks a portable cluster has. Four,
-/// not eight: the shorter copy a block measured faster in a step
-/// (BENCHMARKS.md, twenty-fourth session: gpt-oss-20b's 32 experts over 8
-/// blocks 537.3 tok/s, over 4 535.2, over 2 525.0; gpt-oss-120b's 128 over
-/// 8 blocks 363.6, over 4 351.2).
+/// (at most one a warp). Four, not eight: the shorter copy a block
+/// measured faster in a step (BENCHMARKS.md, twenty-fourth session:
+/// gpt-oss-20b's 32 experts over 8 blocks 537.3 tok/s, over 4 535.2, over
+/// 2 525.0; gpt-oss-120b's 128 over 8 blocks 363.6, over 4 351.2).
 const NR_ROWS: usize = 4;
-const MAX_CLUSTER: usize = 8;
+/// The most blocks a portable cluster has, and a non-portable one (sm_90
+/// GPUs that allow it, the H200 among them): 16 blocks of 8 rows measured
+/// faster than 8 of 16 on 128-expert routers (BENCHMARKS.md,
+/// twenty-fifth session: gpt-oss-120b 367.2 -> 373.8 tok/s, Qwen3-30B-A3B
+/// 298.5 -> 305.2).
+const PORTABLE_CLUSTER: usize = 8;
+const NON_PORTABLE_CLUSTER: usize = 16;
+/// The dynamic shared memory the cluster-size query assumes a block takes:
+/// a 128-expert router of 2,880 values over 16 blocks needs ~58 KB.
+const ROUTE_QUERY_SHARED: u32 = 64 * 1024;
+
+/// Most blocks a `moe_norm_route` cluster may have on this GPU: 16 where
+/// the driver allows non-portable clusters for the kernel and says 16
+/// such blocks fit together, else the portable 8.
+pub(crate) fn route_cluster(f: &CudaFunction) -> usize {
+    let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED;
+    if f.set_attribute(attr, 1).is_err() {
+        return PORTABLE_CLUSTER;
+    }
+    let fits = kernels::max_cluster(f, NR_THREADS, ROUTE_QUERY_SHARED)
+        .is_some_and(|n| n as usize >= NON_PORTABLE_CLUSTER);
+    if fits {
+        NON_PORTABLE_CLUSTER
+    } else {
+        // Back to what every sm_90 GPU launches.
+        let _ = f.set_attribute(attr, 0);
+        PORTABLE_CLUSTER
+    }
+}
 
 /// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`. One decode
 /// row whose router (bf16 or f16) fits in the shared memory of one cluster
@@ -187,11 +214,11 @@ pub fn rms_norm_moe(
 }
 
 /// `moe_norm_route`'s blocks for `experts` router rows of `hidden` values
-/// (one cluster: four rows a block, one a warp, up to the portable cluster
-/// size), and each block's dynamic shared memory: its rows (2 bytes a
+/// (one cluster: four rows a block, one a warp, up to `max_cluster`
+/// blocks), and each block's dynamic shared memory: its rows (2 bytes a
 /// value), the normed row and the logits (f32).
-fn route_geometry(experts: usize, hidden: usize) -> (usize, usize) {
-    let blocks = experts.div_ceil(NR_ROWS).clamp(1, MAX_CLUSTER);
+fn route_geometry(experts: usize, hidden: usize, max_cluster: usize) -> (usize, usize) {
+    let blocks = experts.div_ceil(NR_ROWS).clamp(1, max_cluster);
     (
         blocks,
         experts.div_ceil(blocks) * hidden * 2 + (hidden + experts) * 4,
@@ -218,7 +245,7 @@ fn fused_route(
             ..
         }
     );
-    let (blocks, bytes) = route_geometry(e, h);
+    let (blocks, bytes) = route_geometry(e, h, be.route_cluster);
     let fits = x.rows == 1
         && two_bytes
         && matches!(norm.data, WeightData::Dense { .. })
@@ -506,26 +533,38 @@ mod tests {
         assert_eq!(p.index, vec![-1, -1]);
     }
 
-    /// The presets' routers spread over one cluster: gpt-oss-20b's 32 rows
-    /// of 2,880 eight blocks of 4 (23 KB of rows each), gpt-oss-120b's 128
-    /// eight of 16 (92 KB), Qwen3-30B-A3B's 128 of 2,048 eight of 16;
-    /// Mixtral's 8 of 4,096 two blocks of 4.
+    /// The presets' routers spread over one cluster of at most 16 blocks
+    /// (the H200's): gpt-oss-20b's 32 rows of 2,880 eight blocks of 4 (23
+    /// KB of rows each), gpt-oss-120b's 128 sixteen of 8 (46 KB),
+    /// Qwen3-30B-A3B's 128 of 2,048 sixteen of 8; Mixtral's 8 of 4,096 two
+    /// blocks of 4. Where only portable clusters run, the 128-row routers
+    /// take eight blocks of 16.
     #[test]
     fn the_fused_routing_spreads_the_router_over_one_cluster() {
+        let h200 = NON_PORTABLE_CLUSTER;
         assert_eq!(
-            route_geometry(32, 2880),
+            route_geometry(32, 2880, h200),
             (8, 4 * 2880 * 2 + (2880 + 32) * 4)
         );
         assert_eq!(
-            route_geometry(128, 2880),
-            (8, 16 * 2880 * 2 + (2880 + 128) * 4)
+            route_geometry(128, 2880, h200),
+            (16, 8 * 2880 * 2 + (2880 + 128) * 4)
         );
         assert_eq!(
-            route_geometry(128, 2048),
-            (8, 16 * 2048 * 2 + (2048 + 128) * 4)
+            route_geometry(128, 2048, h200),
+            (16, 8 * 2048 * 2 + (2048 + 128) * 4)
         );
-        assert_eq!(route_geometry(8, 4096), (2, 4 * 4096 * 2 + (4096 + 8) * 4));
+        assert_eq!(
+            route_geometry(8, 4096, h200),
+            (2, 4 * 4096 * 2 + (4096 + 8) * 4)
+        );
+        assert_eq!(
+            route_geometry(128, 2880, PORTABLE_CLUSTER),
+            (8, 16 * 2880 * 2 + (2880 + 128) * 4)
+        );
+        // The cluster-size query's shared memory covers the presets' blocks.
+        assert!(route_geometry(128, 2880, h200).1 <= ROUTE_QUERY_SHARED as usize);
         // A 128-row cluster of blocks of 16 rows fits the H200's 227 KB.
-        assert!(route_geometry(128, 2880).1 < 227 * 1024);
+        assert!(route_geometry(128, 2880, PORTABLE_CLUSTER).1 < 227 * 1024);
     }
 }
