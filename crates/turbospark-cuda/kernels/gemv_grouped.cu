@@ -366,12 +366,17 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     float* xd = (float*)(xq + k / 8);
     const u32 groups = k / 32, step = 32 * wpr;  // groups a step of a quad's warps covers
     constexpr int U = QX_UNROLL;
+    const u32 per_block = (blockDim.x >> 5) / wpr;
+    // QX_CODES_OUT: a block's turns come per_group at a time, the blocks of
+    // work of one group of 32 activations (a block of work holds 2 ·
+    // per_block of them: a GLU_SEGS quad is two).
+    const u32 per_group = HAND == QX_CODES_OUT ? 16 / per_block : 1;
     // Weights do not depend on the previous kernel: the first turn's first
     // U steps are asked of L2 before waiting for it (programmatic
     // dependent launch; into L2, not registers, which the main loop needs),
     // unless experts (which it writes) pick the rows.
     if (experts == nullptr) {
-        const Quad d = quad_of(sg, nullptr, k, wpr, blockIdx.y);  // r0 = m past the rows
+        const Quad d = quad_of(sg, nullptr, k, wpr, blockIdx.y * per_group);  // r0 = m past the rows
         if (d.r0 < d.m) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -400,12 +405,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
         if (i < sg.count) quads += (pick(sg.m, i) + GR - 1) / GR;
     }
-    const u32 per_block = (blockDim.x >> 5) / wpr;
     const u32 work = (quads + per_block - 1) / per_block;
-    // QX_CODES_OUT: a block's turns come per_group at a time, the blocks of
-    // work of one group of 32 activations (a block of work holds 2 ·
-    // per_block of them: a GLU_SEGS quad is two).
-    const u32 per_group = HAND == QX_CODES_OUT ? 16 / per_block : 1;
     __shared__ float stash[HAND == QX_CODES_OUT ? QX_OUT_TURNS : 1][32];
     for (u32 t = 0;; t++) {
         const u32 vb = (blockIdx.y + t / per_group * gridDim.y) * per_group + t % per_group;

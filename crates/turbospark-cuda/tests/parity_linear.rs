@@ -539,8 +539,10 @@ fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
 /// 90 groups of 32); 69,632 (2,176 groups: more than eight a block on an
 /// H200's 264 resident blocks, so blocks past those take the rest); 40
 /// (not whole groups: no handoff). Against the CPU: the activation at the
-/// glu bound, the residual's change at the GEMV bound against the CPU's
-/// down projection of the GPU's activation.
+/// glu bound, the residual's change against the CPU's down projection of
+/// the GPU's activation at twice the GEMV bound: that x is a product
+/// (silu(g) · u), whose group maxima sit further from its rms than a
+/// uniform x's, so its rounding error is larger (int4, 96 values: 3.4e-2).
 #[test]
 fn rms_norm_mlp_add_hands_the_activation_rounded() {
     let Some(mut g) = gpu() else { return };
@@ -585,7 +587,7 @@ fn rms_norm_mlp_add_hands_the_activation_rounded() {
             Cpu.linear(&act.0, &down.0, db.map(|b| &b.0), &mut want);
             let change: Vec<f32> = handed.0.iter().zip(&xv).map(|(a, b)| a - b).collect();
             let got = tensors(&g, &change, 1, k).1;
-            let tol = gemv_tol(&g, &down.1, 1);
+            let tol = 2.0 * gemv_tol(&g, &down.1, 1);
             check(&format!("{what} residual"), &g, &got, &want, tol);
         }
     }
