@@ -481,27 +481,6 @@ pub trait Backend: Send + Sync {
         self.rms_norm_linears(x, w, eps, &[gate, up], &mut [&mut g, &mut u], None);
         self.glu(&g, &u, act, out);
     }
-    /// `x += out · Dᵀ (+ bd)` after [`Backend::rms_norm_glu`] of `x` into
-    /// `out`, for `down` = (D, bd): a gated MLP added into the residual
-    /// stream (those two operations, then [`Backend::linear_add`]).
-    /// Backends may hand the activation from one launch to the next in a
-    /// form of their own (the CUDA backend: rounded as its down projection
-    /// reads it), with the same results; `out` still holds it afterwards.
-    #[allow(clippy::too_many_arguments)]
-    fn rms_norm_mlp_add(
-        &self,
-        x: &mut Self::Tensor,
-        w: &Self::Weight,
-        eps: f32,
-        gate: (&Self::Weight, Option<&Self::Weight>),
-        up: (&Self::Weight, Option<&Self::Weight>),
-        act: Activation,
-        down: (&Self::Weight, Option<&Self::Weight>),
-        out: &mut Self::Tensor,
-    ) {
-        self.rms_norm_glu(x, w, eps, gate, up, act, out);
-        self.linear_add(out, down.0, down.1, x);
-    }
     /// `x *= s`.
     fn scale(&self, x: &mut Self::Tensor, s: f32);
     /// `x = cap · tanh(x / cap)`.

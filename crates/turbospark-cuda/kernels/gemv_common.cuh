@@ -45,8 +45,7 @@
 // is the activation of each pair, half as many values: one segment (an MoE
 // expert's gate_up rows, see glu_row below) or two of the same height (a
 // dense MLP's gate and up, GLU_SEGS_*; the activation goes to the first
-// segment's output). `xcodes` and `xcodes_out` hand x over already rounded
-// between the integer-activation kernels (gemv_grouped.cu's QX_CODES_*).
+// segment's output).
 // Must match `GemvSegs` in src/gemv.rs.
 struct GemvSegs {
     const void* w[GEMV_MAX_SEGS];
@@ -57,8 +56,6 @@ struct GemvSegs {
     u32 count;
     const void* norm;
     float* normed;
-    const void* xcodes;
-    void* xcodes_out;
     int norm_dt;
     float eps;
     u32 accumulate;

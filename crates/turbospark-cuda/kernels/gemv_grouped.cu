@@ -113,13 +113,10 @@ __device__ __forceinline__ void team_sync(u32 wpr) {
 // it: a one-turn launch's last round trip (Llama-8B int4's o projection
 // spent 0.8 µs of 8.7 on it). gemv_dense.cu's store does not: the same
 // there measured 1% slower on Llama-8B bf16 and level on gpt-oss-20b.
-// With `stash` (a GLU_SEGS launch that rounds its activations, QX_CODES_OUT),
-// each activation also goes to stash[its index mod 32].
 template <int NX>
 __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[NX], const Quad& d,
                                               int bias_dt, u32 nx, u32 wpr, float r,
-                                              bool accumulate, const float* held = nullptr,
-                                              float* stash = nullptr) {
+                                              bool accumulate, const float* held = nullptr) {
     __shared__ float part_sum[8][GR][NX];
 #pragma unroll
     for (int i = 0; i < GR; i++) {
@@ -163,9 +160,7 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
             if (c < d.m) {
                 const float g = out_value(acc[i][0], r, d.bias, bias_dt, c);
                 const float u = out_value(acc[i + 1][0], r, sg.bias[1], bias_dt, c);
-                const float a = glu_value(sg, g, u);
-                d.out[(u64)job * d.m + c] = a;
-                if (stash) stash[c & 31u] = a;
+                d.out[(u64)job * d.m + c] = glu_value(sg, g, u);
             }
         }
         return;
@@ -292,71 +287,13 @@ struct GroupWords {
     }
 };
 
-// Where an integer-activation kernel's rounded x comes from. QX_ROUND_X:
-// it rounds x itself (every block, into shared memory: 1-3 µs a launch on
-// the H200, the down projection's 14,336 values the most). QX_CODES_IN: x
-// comes rounded, the codes and steps in the shared layout, from
-// `sg.xcodes`, which a QX_CODES_OUT launch wrote: a dense MLP's gate/up
-// launch (GLU_SEGS, its activations a multiple of 32) that rounds its own
-// activations as the down projection's kernel of the same format would,
-// from the same f32 values in the same operations, so the codes are the
-// same bits. Each of its blocks takes whole groups of 32 activations
-// (QX_OUT_TURNS at most), keeps them in shared memory and rounds them as it
-// ends, a warp a group.
-#define QX_ROUND_X 0
-#define QX_CODES_IN 1
-#define QX_CODES_OUT 2
-#define QX_OUT_TURNS 8
-
-// A group's 32 values, one a lane (lane i: value i), rounded as
-// quantize_rounds does (the same max, factor and conversion), stored as
-// its four XWords and step at group g of `groups` in the shared layout.
-template <class F>
-__device__ __forceinline__ void round_group(float v, u32 lane, u32 g, u32 groups,
-                                            typename F::XWord* xq) {
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) amax = max_nan(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float inv = amax > 0.0f ? (float)F::X_MAX / amax : 0.0f;
-    const int n = __float2int_rn(v * inv);
-    int c[8];  // chunk lane / 8's codes, in the order pack_x takes them
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int from = F::SPLIT ? (i < 4 ? 2 * i : 2 * (i - 4) + 1) : i;
-        c[i] = __shfl_sync(0xffffffffu, n, (lane & ~7u) + from);
-    }
-    if ((lane & 7u) == 0) pack_x(xq[(lane >> 3) * groups + g], c);
-    if (lane == 0) ((float*)(xq + 4 * groups))[g] = amax * (1.0f / (float)F::X_MAX);
-}
-
-// `words` 32-bit words from global src to shared dst, four 16-byte loads a
-// thread in flight before any is stored.
-__device__ __forceinline__ void copy_words(const u32* src, u32* dst, u32 words) {
-    const u32 quads = words / 4;
-    constexpr u32 C = 4;
-    for (u32 base = 0; base < quads; base += C * blockDim.x) {
-        uint4 v[C];
-#pragma unroll
-        for (u32 r = 0; r < C; r++) {
-            const u32 i = base + r * blockDim.x + threadIdx.x;
-            if (i < quads) v[r] = ((const uint4*)src)[i];
-        }
-#pragma unroll
-        for (u32 r = 0; r < C; r++) {
-            const u32 i = base + r * blockDim.x + threadIdx.x;
-            if (i < quads) ((uint4*)dst)[i] = v[r];
-        }
-    }
-    for (u32 i = quads * 4 + threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
-}
-
 // Groups a lane has in flight at once (GR rows each). Four (the row's rest
 // two at a time, no spills) measured slower on the H200 in alternating
 // processes: Llama-8B int4 381 -> 364 tok/s, int8 272 -> 264, gpt-oss-20b
 // 433 -> 421.
 #define QX_UNROLL 2
 
-template <class F, int HAND>
+template <class F>
 __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float* x, int bias_dt,
                                                 const int* experts, u32 nx, u32 x_div, u32 k,
                                                 u32 wpr) {
@@ -366,17 +303,12 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     float* xd = (float*)(xq + k / 8);
     const u32 groups = k / 32, step = 32 * wpr;  // groups a step of a quad's warps covers
     constexpr int U = QX_UNROLL;
-    const u32 per_block = (blockDim.x >> 5) / wpr;
-    // QX_CODES_OUT: a block's turns come per_group at a time, the blocks of
-    // work of one group of 32 activations (a block of work holds 2 ·
-    // per_block of them: a GLU_SEGS quad is two).
-    const u32 per_group = HAND == QX_CODES_OUT ? 16 / per_block : 1;
     // Weights do not depend on the previous kernel: the first turn's first
     // U steps are asked of L2 before waiting for it (programmatic
     // dependent launch; into L2, not registers, which the main loop needs),
     // unless experts (which it writes) pick the rows.
     if (experts == nullptr) {
-        const Quad d = quad_of(sg, nullptr, k, wpr, blockIdx.y * per_group);  // r0 = m past the rows
+        const Quad d = quad_of(sg, nullptr, k, wpr, blockIdx.y);  // r0 = m past the rows
         if (d.r0 < d.m) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -387,12 +319,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     }
     pdl_enter();
     const float* xr = x + (u64)(blockIdx.x / x_div) * k;
-    float ss = 0.0f;
-    if (HAND == QX_CODES_IN) {
-        copy_words((const u32*)sg.xcodes, (u32*)shared_x, (k / 8 * sizeof(XWord) + k / 32 * 4) / 4);
-    } else {
-        ss = quantize_x<F>(xr, k, xq, xd, sg, blockDim.x);
-    }
+    const float ss = quantize_x<F>(xr, k, xq, xd, sg, blockDim.x);
     __shared__ float parts[8];
     if (sg.norm) norm_part(ss, parts);
     __syncthreads();  // the codes (and the norm's parts) complete
@@ -405,11 +332,9 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     for (u32 i = 0; i < GEMV_MAX_SEGS; i++) {
         if (i < sg.count) quads += (pick(sg.m, i) + GR - 1) / GR;
     }
+    const u32 per_block = (blockDim.x >> 5) / wpr;
     const u32 work = (quads + per_block - 1) / per_block;
-    __shared__ float stash[HAND == QX_CODES_OUT ? QX_OUT_TURNS : 1][32];
-    for (u32 t = 0;; t++) {
-        const u32 vb = (blockIdx.y + t / per_group * gridDim.y) * per_group + t % per_group;
-        if (vb >= work) break;
+    for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
         const Quad d = quad_of(sg, experts, k, wpr, vb);
         const bool add = sg.accumulate != 0;
         const float held = add ? held_rows(d) : 0.0f;
@@ -463,36 +388,19 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
                 }
             }
         }
-        grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, add, add ? &held : nullptr,
-                         HAND == QX_CODES_OUT ? stash[t / per_group] : nullptr);
+        grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, add, add ? &held : nullptr);
         team_sync(wpr);  // the next turn rewrites the team's exchanges
-    }
-    if (HAND == QX_CODES_OUT) {
-        __syncthreads();  // every turn's activations are stashed
-        // The activations are the next launch's x: its groups.
-        const u32 act_groups = sg.m[0] / 32, lane = threadIdx.x & 31u;
-        for (u32 s = threadIdx.x >> 5; s < QX_OUT_TURNS; s += blockDim.x >> 5) {
-            const u32 g = blockIdx.y + s * gridDim.y;
-            if (g >= act_groups) break;
-            round_group<F>(stash[s][lane], lane, g, act_groups, (XWord*)sg.xcodes_out);
-        }
     }
 }
 
-#define GEMV_QX_KERNEL(name, F, minb, hand)                                                      \
+#define GEMV_QX_KERNEL(name, F, minb)                                                            \
     extern "C" __global__ void __launch_bounds__(256, minb) name(GEMV_ARGS) {                   \
-        gemv_grouped_qx<F, hand>(GEMV_PASS); /* calls pdl_enter */                               \
+        gemv_grouped_qx<F>(GEMV_PASS); /* calls pdl_enter */                                     \
     }
 
 // Two blocks an SM: 16 warps with U groups of 4 rows each in flight. Three
 // (80 registers) measured slower on the H200: Llama-8B int4 380 -> 358
 // tok/s, int8 271 -> 243, gpt-oss-20b level.
-GEMV_QX_KERNEL(gemv_mxfp4_qx, Mxfp4, 2, QX_ROUND_X)
-GEMV_QX_KERNEL(gemv_q8_qx, Q8, 2, QX_ROUND_X)
-GEMV_QX_KERNEL(gemv_q4_qx, Q4, 2, QX_ROUND_X)
-GEMV_QX_KERNEL(gemv_mxfp4_qx_codes_in, Mxfp4, 2, QX_CODES_IN)
-GEMV_QX_KERNEL(gemv_q8_qx_codes_in, Q8, 2, QX_CODES_IN)
-GEMV_QX_KERNEL(gemv_q4_qx_codes_in, Q4, 2, QX_CODES_IN)
-GEMV_QX_KERNEL(gemv_mxfp4_qx_codes_out, Mxfp4, 2, QX_CODES_OUT)
-GEMV_QX_KERNEL(gemv_q8_qx_codes_out, Q8, 2, QX_CODES_OUT)
-GEMV_QX_KERNEL(gemv_q4_qx_codes_out, Q4, 2, QX_CODES_OUT)
+GEMV_QX_KERNEL(gemv_mxfp4_qx, Mxfp4, 2)
+GEMV_QX_KERNEL(gemv_q8_qx, Q8, 2)
+GEMV_QX_KERNEL(gemv_q4_qx, Q4, 2)

@@ -189,8 +189,6 @@ pub struct GemvSegs {
     count: u32,
     norm: u64,
     normed: u64,
-    xcodes: u64,
-    xcodes_out: u64,
     norm_dt: i32,
     eps: f32,
     accumulate: u32,
@@ -204,48 +202,14 @@ pub struct GemvSegs {
 /// x and one job), also writing the normed row to `normed` (a device
 /// address, 0 for none); add into the outputs instead of overwriting them;
 /// or write the activation of gate/up row pairs instead of the rows
-/// ([`GemvGlu`]). `codes_in` and `codes_out` (device addresses, 0 for
-/// none) hand x over rounded between two integer-activation launches of
-/// one format ([`hands_codes`]): a dense glu launch writes its
-/// activation's codes to `codes_out` ([`codes_bytes`] of them), and the
-/// launch that reads that activation as x takes them from `codes_in`
-/// instead of rounding it.
+/// ([`GemvGlu`]).
 #[derive(Default)]
 pub struct GemvEdges<'a> {
     pub norm: Option<(&'a CudaWeight, f32)>,
     pub normed: u64,
     pub accumulate: bool,
     pub glu: Option<GemvGlu>,
-    pub codes_in: u64,
-    pub codes_out: u64,
 }
-
-/// Whether a dense MLP's gate/up launch (format `gate`, rows of `k`
-/// values, `m` activations) can hand its activation, rounded, to a down
-/// projection of format `down`: both take the integer-activation kernels of
-/// one format (`gemv_*_qx`; one-row int8 GEMVs stream instead while
-/// streaming is on, and their kernel rounds x itself) and the activations
-/// are whole groups.
-pub(crate) fn hands_codes(be: &Cuda, gate: &WeightData, down: &WeightData, k: u32, m: u32) -> bool {
-    let same = match (gate, down) {
-        (WeightData::Mxfp4 { .. }, WeightData::Mxfp4 { .. }) => true,
-        (WeightData::Quantized { quant: a, .. }, WeightData::Quantized { quant: b, .. }) => {
-            a == b && (*a == Quant::Int4 || !be.stream_gemv)
-        }
-        _ => false,
-    };
-    be.codes_handoff && same && m.is_multiple_of(32) && qx_path(be, gate, k) && qx_path(be, down, m)
-}
-
-/// Bytes of the rounded x of rows of `k` values that [`GemvEdges`] hands
-/// over for format `w` (the shared layout: codes, then a step a group).
-pub(crate) fn codes_bytes(w: &WeightData, k: u32) -> u32 {
-    grouped_qx_shared(w, k)
-}
-
-/// Most groups of 32 activations one block of a `codes_out` launch rounds
-/// (`QX_OUT_TURNS` in kernels/gemv_grouped.cu).
-const QX_OUT_TURNS: u32 = 8;
 
 /// Which rows pair up in a launch that writes activations: an MoE expert's
 /// gate_up (one matrix, rows in the activation's layout; half as many
@@ -338,23 +302,6 @@ pub(crate) fn launch_gemv(
         (table.norm, table.norm_dt, table.eps, table.normed) = (ptr, dt, eps, edges.normed);
     }
     table.accumulate = edges.accumulate.into();
-    let handing = edges.codes_in != 0 || edges.codes_out != 0;
-    if handing {
-        assert!(
-            qx && edges.norm.is_none() == (edges.codes_in != 0),
-            "gemv: rounded x is handed between integer-activation launches: into a glu launch's norm, out of it without one"
-        );
-        assert!(
-            edges.codes_in == 0 || edges.codes_out == 0 && edges.glu.is_none() && j.jobs == 1,
-            "gemv: codes taken in by a plain one-row launch"
-        );
-        assert!(
-            edges.codes_out == 0
-                || matches!(edges.glu, Some(GemvGlu::Dense(_))) && segs[0].3.is_multiple_of(32),
-            "gemv: codes written by a dense glu launch of whole groups"
-        );
-        (table.xcodes, table.xcodes_out) = (edges.codes_in, edges.codes_out);
-    }
     // The most warps a row: each warp's part of a row stays long enough to
     // keep its loads streaming (qx_warps_cap, dense_warps_cap; qx_max_wpr
     // below); a glu launch's pairs meet in one block, so a dense one keeps
@@ -391,7 +338,7 @@ pub(crate) fn launch_gemv(
             max_wpr = max_wpr.min(GEMV_WARPS_PER_BLOCK / 2);
         }
     }
-    if !handing && stream::launch(be, &w0.data, &table, j, rows, qx, bias_dt.unwrap_or(0)) {
+    if stream::launch(be, &w0.data, &table, j, rows, qx, bias_dt.unwrap_or(0)) {
         return;
     }
     let k = &be.k;
@@ -404,26 +351,14 @@ pub(crate) fn launch_gemv(
             (Dense::F16, true) => &k.gemv_f16_x1,
             (Dense::F16, false) => &k.gemv_f16,
         },
-        WeightData::Mxfp4 { .. } if qx => match (edges.codes_in, edges.codes_out) {
-            (0, 0) => &k.gemv_mxfp4_qx,
-            (_, 0) => &k.gemv_mxfp4_qx_codes_in,
-            _ => &k.gemv_mxfp4_qx_codes_out,
-        },
+        WeightData::Mxfp4 { .. } if qx => &k.gemv_mxfp4_qx,
         WeightData::Mxfp4 { .. } if one => &k.gemv_mxfp4_x1,
         WeightData::Mxfp4 { .. } => &k.gemv_mxfp4,
         WeightData::Quantized { quant, .. } => match (quant, one, qx) {
-            (Quant::Int8, _, true) => match (edges.codes_in, edges.codes_out) {
-                (0, 0) => &k.gemv_q8_qx,
-                (_, 0) => &k.gemv_q8_qx_codes_in,
-                _ => &k.gemv_q8_qx_codes_out,
-            },
+            (Quant::Int8, _, true) => &k.gemv_q8_qx,
             (Quant::Int8, true, false) => &k.gemv_q8_x1,
             (Quant::Int8, false, _) => &k.gemv_q8,
-            (Quant::Int4, _, true) => match (edges.codes_in, edges.codes_out) {
-                (0, 0) => &k.gemv_q4_qx,
-                (_, 0) => &k.gemv_q4_qx_codes_in,
-                _ => &k.gemv_q4_qx_codes_out,
-            },
+            (Quant::Int4, _, true) => &k.gemv_q4_qx,
             (Quant::Int4, true, false) => &k.gemv_q4_x1,
             (Quant::Int4, false, _) => &k.gemv_q4,
         },
@@ -474,13 +409,7 @@ pub(crate) fn launch_gemv(
         };
         max_wpr = dense_max_wpr(max_wpr, limit, blocks_at_cap, resident);
     }
-    let (wpr, mut grid_y) = persistent_geometry(resident, j.jobs, rows, per_warp, max_wpr);
-    if edges.codes_out != 0 {
-        // Each block takes whole groups of activations, at most
-        // QX_OUT_TURNS of them (past that, blocks beyond the resident ones).
-        let groups = segs[0].3 / 32;
-        grid_y = persistent_blocks(groups, 1, resident).max(groups.div_ceil(QX_OUT_TURNS));
-    }
+    let (wpr, grid_y) = persistent_geometry(resident, j.jobs, rows, per_warp, max_wpr);
     be.launch_shared(f, (j.jobs, grid_y, 1), threads, shared, &args(wpr));
 }
 

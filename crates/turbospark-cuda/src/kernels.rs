@@ -100,8 +100,7 @@ kernels! {
     ],
     "gemv_grouped.cu" => [
         gemv_mxfp4, gemv_q8, gemv_q4, gemv_mxfp4_x1, gemv_q8_x1, gemv_q4_x1,
-        gemv_mxfp4_qx, gemv_q8_qx, gemv_q4_qx, gemv_mxfp4_qx_codes_in, gemv_q8_qx_codes_in,
-        gemv_q4_qx_codes_in, gemv_mxfp4_qx_codes_out, gemv_q8_qx_codes_out, gemv_q4_qx_codes_out,
+        gemv_mxfp4_qx, gemv_q8_qx, gemv_q4_qx,
     ],
     "gemv_grouped_stream.cu" => [gemv_q8_stream],
     "convert.cu" => [split_bf16, to_bf16, widen_f32, mxfp4_to_bf16, dequant_bf16],

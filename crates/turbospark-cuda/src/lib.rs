@@ -159,11 +159,6 @@ pub struct Cuda {
     /// with no combine (unless `TURBOSPARK_CUDA_WINDOW_ATTENTION=0`; see
     /// `attention::rope_kv_attention`).
     window_attention: bool,
-    /// Hand a dense MLP's activation from its gate/up launch to its down
-    /// projection already rounded, where both take the integer-activation
-    /// kernels (unless `TURBOSPARK_CUDA_CODES_HANDOFF=0`; see
-    /// `linear::rms_norm_mlp_add`).
-    codes_handoff: bool,
 }
 
 impl Cuda {
@@ -290,8 +285,6 @@ impl Cuda {
             route_cluster,
             window_attention: std::env::var("TURBOSPARK_CUDA_WINDOW_ATTENTION")
                 .map_or(true, |v| v != "0"),
-            codes_handoff: std::env::var("TURBOSPARK_CUDA_CODES_HANDOFF")
-                .map_or(true, |v| v != "0"),
         })
     }
 
@@ -337,13 +330,6 @@ impl Cuda {
     /// both ways). Set before recording a graph.
     pub fn set_stream_gemv(&mut self, on: bool) {
         self.stream_gemv = on && self.bulk_copies;
-    }
-
-    /// Whether a dense MLP's gate/up launch may hand its activation to the
-    /// down projection rounded (on by default unless
-    /// `TURBOSPARK_CUDA_CODES_HANDOFF=0`; tests compare both ways).
-    pub fn set_codes_handoff(&mut self, on: bool) {
-        self.codes_handoff = on;
     }
 
     pub fn precision(&self) -> Precision {
@@ -724,20 +710,6 @@ impl Backend for Cuda {
         out: &mut CudaTensor,
     ) {
         linear::rms_norm_glu(self, x, w, eps, (gate, up), act, out);
-    }
-
-    fn rms_norm_mlp_add(
-        &self,
-        x: &mut CudaTensor,
-        w: &CudaWeight,
-        eps: f32,
-        gate: (&CudaWeight, Option<&CudaWeight>),
-        up: (&CudaWeight, Option<&CudaWeight>),
-        act: Activation,
-        down: (&CudaWeight, Option<&CudaWeight>),
-        out: &mut CudaTensor,
-    ) {
-        linear::rms_norm_mlp_add(self, x, w, eps, (gate, up), act, down, out);
     }
 
     fn scale(&self, x: &mut CudaTensor, s: f32) {

@@ -1,8 +1,7 @@
 //! `out = x · Wᵀ (+ bias)` for x `[n, k]` and W `[m, k]`, and the pairs a
 //! block fuses around it: the input norm read through the projections
-//! (`rms_norm_linears`), the output projection added into the residual
-//! stream (`linear_add`), and a gated MLP's activation between its two
-//! launches (`rms_norm_glu`, `rms_norm_mlp_add`).
+//! (`rms_norm_linears`) and the output projection added into the residual
+//! stream (`linear_add`).
 //!
 //! Two regimes, as on the CPU. Decode (n < 4) is bound by reading W once:
 //! the GEMV kernels (`crate::gemv`, kernels/gemv_*.cu) read each weight row
@@ -21,8 +20,8 @@ use turbospark_format::Activation;
 
 use crate::gemm::gemm;
 use crate::gemv::{
-    GemvEdges, GemvGlu, MAX_SEGS, codes_bytes, gemv_segments, hands_codes, launch_gemv,
-    norm_prologue, same_gemv_kernel, x_job,
+    GemvEdges, GemvGlu, MAX_SEGS, gemv_segments, launch_gemv, norm_prologue, same_gemv_kernel,
+    x_job,
 };
 use crate::weight::CudaWeight;
 use crate::{Cuda, CudaTensor, ops};
@@ -155,27 +154,8 @@ pub fn rms_norm_glu(
     act: Activation,
     out: &mut CudaTensor,
 ) {
-    if !glu_fused(be, x, w, (gate, up), out) {
-        let m = gate.0.rows();
-        let mut g = be.empty(x.rows, m);
-        let mut u = be.empty(x.rows, up.0.rows());
-        rms_norm_linears(be, x, w, eps, &[gate, up], &mut [&mut g, &mut u], None);
-        return ops::glu(be, &g, &u, act, out);
-    }
-    launch_glu(be, x, w, eps, (gate, up), act, out, 0);
-}
-
-/// Whether [`rms_norm_glu`] is one launch: one row of x whose gate and up
-/// share a kernel that reads x through the norm.
-fn glu_fused(
-    be: &Cuda,
-    x: &CudaTensor,
-    w: &CudaWeight,
-    (gate, up): (Part, Part),
-    out: &CudaTensor,
-) -> bool {
     let m = gate.0.rows();
-    x.rows == 1
+    let fused = x.rows == 1
         && same_gemv_kernel(gate.0, up.0)
         && up.0.rows() == m
         && m > 0
@@ -183,70 +163,23 @@ fn glu_fused(
         && up.0.cols() == x.cols
         && (out.rows, out.cols) == (1, m)
         && w.numel() == x.cols
-        && norm_prologue(be, &gate.0.data, x.cols as u32)
-}
-
-/// The one launch of a fused [`rms_norm_glu`], also writing the
-/// activation's codes to `codes_out` where that is not 0 (`GemvEdges`).
-#[allow(clippy::too_many_arguments)]
-fn launch_glu(
-    be: &Cuda,
-    x: &CudaTensor,
-    w: &CudaWeight,
-    eps: f32,
-    (gate, up): (Part, Part),
-    act: Activation,
-    out: &mut CudaTensor,
-    codes_out: u64,
-) {
-    let m = gate.0.rows() as u32;
+        && norm_prologue(be, &gate.0.data, x.cols as u32);
+    if !fused {
+        let mut g = be.empty(x.rows, m);
+        let mut u = be.empty(x.rows, up.0.rows());
+        rms_norm_linears(be, x, w, eps, &[gate, up], &mut [&mut g, &mut u], None);
+        return ops::glu(be, &g, &u, act, out);
+    }
     let edges = GemvEdges {
         norm: Some((w, eps)),
         glu: Some(GemvGlu::Dense(act)),
-        codes_out,
         ..GemvEdges::default()
     };
     // The activation goes to the gate segment's output; the up segment's
     // is never written.
     let dst = be.ptr(&out.data);
-    let segs = [(gate.0, gate.1, dst, m), (up.0, up.1, dst, m)];
+    let segs = [(gate.0, gate.1, dst, m as u32), (up.0, up.1, dst, m as u32)];
     launch_gemv(be, &segs, &x_job(be, x), &edges);
-}
-
-/// `x += out · Dᵀ (+ bd)` after [`rms_norm_glu`] of `x` into `out`: where
-/// the gate/up launch and the down projection take the integer-activation
-/// kernels of one format (`gemv::hands_codes`), the first also writes the
-/// activation rounded as the second would round it (the same codes, bit
-/// for bit) and the second reads those instead of rounding `out` in every
-/// block: Llama-8B int4's down projection rounds 14,336 values a block.
-#[allow(clippy::too_many_arguments)]
-pub fn rms_norm_mlp_add(
-    be: &Cuda,
-    x: &mut CudaTensor,
-    w: &CudaWeight,
-    eps: f32,
-    (gate, up): (Part, Part),
-    act: Activation,
-    down: Part,
-    out: &mut CudaTensor,
-) {
-    let (k, m) = (x.cols as u32, gate.0.rows() as u32);
-    let hand = glu_fused(be, x, w, (gate, up), out)
-        && (down.0.rows(), down.0.cols()) == (x.cols, out.cols)
-        && hands_codes(be, &gate.0.data, &down.0.data, k, m);
-    if !hand {
-        rms_norm_glu(be, x, w, eps, (gate, up), act, out);
-        return linear_add(be, out, down.0, down.1, x);
-    }
-    let codes = be.empty(1, codes_bytes(&down.0.data, m).div_ceil(4) as usize);
-    launch_glu(be, x, w, eps, (gate, up), act, out, be.ptr(&codes.data));
-    let segs = [(down.0, down.1, be.ptr(&x.data), x.cols as u32)];
-    let edges = GemvEdges {
-        accumulate: true,
-        codes_in: be.ptr(&codes.data),
-        ..GemvEdges::default()
-    };
-    launch_gemv(be, &segs, &x_job(be, out), &edges);
 }
 
 /// Whether `parts` can share one GEMV launch on `x` into `outs`.

@@ -45,7 +45,7 @@ impl<B: Backend> GatedMlp<B> {
         let mut act = be.empty(n, self.width);
         let gate = (&self.gate, self.gate_bias.as_ref());
         let up = (&self.up, self.up_bias.as_ref());
-        let down = (&self.down, self.down_bias.as_ref());
-        norms.mlp(be, x, gate, up, self.activation, down, &mut act);
+        norms.glu(be, x, gate, up, self.activation, &mut act);
+        norms.project_into(be, &act, &self.down, self.down_bias.as_ref(), x);
     }
 }

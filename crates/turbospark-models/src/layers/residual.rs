@@ -33,28 +33,19 @@ impl<B: Backend> BlockNorms<'_, B> {
         be.rms_norm_linears(x, self.pre, self.eps, parts, outs, normed);
     }
 
-    /// `x += post(act(rms_norm(x) · Gᵀ + bg) * (rms_norm(x) · Uᵀ + bu) · Dᵀ
-    /// + bd)`: a gated MLP (`act_out` receives its activation). Without a
-    /// post-norm one backend operation, which may hand the activation from
-    /// its first projections to the last in a form of its own; with one,
-    /// the norm, gate/up and activation as one operation, then
-    /// [`Self::project_into`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn mlp(
+    /// `out = act(rms_norm(x) · Gᵀ + bg) * (rms_norm(x) · Uᵀ + bu)`: a gated
+    /// MLP's first projections and activation through the input norm (one
+    /// backend operation, which a backend may fuse).
+    pub fn glu(
         &self,
         be: &B,
-        x: &mut B::Tensor,
+        x: &B::Tensor,
         gate: (&B::Weight, Option<&B::Weight>),
         up: (&B::Weight, Option<&B::Weight>),
         act: Activation,
-        down: (&B::Weight, Option<&B::Weight>),
-        act_out: &mut B::Tensor,
+        out: &mut B::Tensor,
     ) {
-        if self.post.is_none() {
-            return be.rms_norm_mlp_add(x, self.pre, self.eps, gate, up, act, down, act_out);
-        }
-        be.rms_norm_glu(x, self.pre, self.eps, gate, up, act, act_out);
-        self.project_into(be, act_out, down.0, down.1, x);
+        be.rms_norm_glu(x, self.pre, self.eps, gate, up, act, out);
     }
 
     /// `x += post(moe(rms_norm(x)))`, routed by `rms_norm(x) · Rᵀ (+ rb)`:
