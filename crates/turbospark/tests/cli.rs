@@ -450,6 +450,7 @@ fn bench_synthetic_reports_speed_and_the_bandwidth_ceiling() {
     assert_eq!(json["model"], "synthetic qwen3-0.6b (1 layer)");
     // The CPU runs decode step by step: nothing to record.
     assert_eq!(json["decode_graph"], false);
+    assert_eq!(json["decode_graph_nodes"], serde_json::Value::Null);
     assert_eq!(json["device"], "cpu");
     assert_eq!(json["layers"], 1);
     assert_eq!(json["prompt_len"], 8);

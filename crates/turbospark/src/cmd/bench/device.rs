@@ -1,14 +1,17 @@
 //! What bench asks of a device beyond [`turbospark_backend::Backend`]: the
-//! copy bandwidth of the memory the weights are read from, and the device
-//! memory in use. A CLI-side trait, implemented for each backend the CLI
-//! names, so the backend trait stays about operations.
+//! copy bandwidth of the memory the weights are read from, the device
+//! memory in use, and what a recorded decode step holds. A CLI-side trait,
+//! implemented for each backend the CLI names, so the backend trait stays
+//! about operations.
 
 use std::time::Instant;
 
 use anyhow::Result;
 use rayon::prelude::*;
+use serde_json::Value;
+use turbospark_backend::Backend;
 
-pub trait DeviceStats {
+pub trait DeviceStats: Backend {
     /// Copy bandwidth of the memory decode reads weights from, in bytes per
     /// second with read and write bytes both counted; measured when called.
     fn copy_bandwidth(&self) -> Result<f64>;
@@ -19,6 +22,12 @@ pub trait DeviceStats {
 
     /// The device for humans, e.g. "16 threads" (CPU) or "NVIDIA H200, sm_90".
     fn describe(&self) -> String;
+
+    /// What the recorded decode step `g` holds, for `--json`: its kernel
+    /// nodes, other nodes, edges, and how many edges are programmatic (the
+    /// kernel after one may start while the one before runs: PDL; a step
+    /// whose count drops loses that overlap). `None` where reading it failed.
+    fn graph_census(&self, g: &Self::Graph) -> Option<Value>;
 }
 
 impl DeviceStats for turbospark_cpu::Cpu {
@@ -37,6 +46,10 @@ impl DeviceStats for turbospark_cpu::Cpu {
     fn describe(&self) -> String {
         format!("{} threads", rayon::current_num_threads())
     }
+
+    fn graph_census(&self, _: &()) -> Option<Value> {
+        None
+    }
 }
 
 #[cfg(feature = "cuda")]
@@ -51,6 +64,15 @@ impl DeviceStats for turbospark_cuda::Cuda {
 
     fn describe(&self) -> String {
         format!("{}, {}", self.device_name(), self.arch())
+    }
+
+    fn graph_census(&self, g: &turbospark_cuda::Recording) -> Option<Value> {
+        let n = g.nodes().ok()?;
+        let other = n.memsets + n.memcpys + n.allocs + n.frees + n.other;
+        Some(
+            serde_json::json!({"kernels": n.kernels, "other_nodes": other,
+            "edges": n.edges, "programmatic_edges": n.programmatic_edges}),
+        )
     }
 }
 

@@ -136,6 +136,9 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     let decode_s = t1.elapsed().as_secs_f64();
     sample_gpu(&engine.be)?;
     let recorded = session.decode_recorded();
+    let census = session
+        .recorded_step()
+        .and_then(|g| engine.be.graph_census(g));
     drop(session);
 
     let prefill = prompt.len() as f64 / prefill_s.max(1e-9);
@@ -156,6 +159,7 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
         println!(
             "{}",
             json!({"model": model_name, "device": engine.be.name(), "decode_graph": recorded,
+                "decode_graph_nodes": census,
                 "device_name": engine.be.describe(), "threads": threads, "quant": quant,
                 "kv_dtype": kv_dtype.name(),
                 "layers": spec.num_layers, "prompt_len": prompt.len(), "gen_len": a.gen_len,
@@ -202,6 +206,12 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
         100.0 * ceiling,
         copy_bandwidth / 1e9
     );
+    if let Some(c) = &census {
+        println!(
+            "decode step recorded: {} kernels, {} programmatic edges of {}",
+            c["kernels"], c["programmatic_edges"], c["edges"]
+        );
+    }
     if let Some(p) = peak_gpu {
         println!("peak GPU memory {:.2} GiB (device-wide, in use)", gib(p));
     }
