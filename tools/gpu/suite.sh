@@ -31,8 +31,11 @@ import json, sys
 for line in open(sys.argv[1]):
     try:
         d = json.loads(line)
+        g = d.get("decode_graph_nodes") or {}
         print(d["model"], d["quant"], "prefill %.0f decode %.1f ceiling %.3f peak %.1f GB" % (
-            d["prefill_tok_s"], d["decode_tok_s"], d["ceiling_fraction"], d["peak_gpu_bytes"] / 1e9))
+            d["prefill_tok_s"], d["decode_tok_s"], d["ceiling_fraction"], d["peak_gpu_bytes"] / 1e9),
+            "graph: %s kernels, %s of %s edges programmatic" % (
+            g.get("kernels"), g.get("programmatic_edges"), g.get("edges")))
     except ValueError:
         print(line[:300])
 PY
