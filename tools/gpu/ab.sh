@@ -6,7 +6,8 @@
 #   .device/ab.sh 2 "llama-3.1-8b --quant int4" gpt-oss-20b
 # Each call of the device tool starts a fresh machine, on which the same
 # binary measures differently, so only figures of one call compare.
-# One line a run, as it ends, to $OUT/ab.txt (default ./gpu-results).
+# One line a run, as it ends, to $OUT/ab.txt (default ./gpu-results),
+# with the recorded step's census where the build reports it.
 # PROMPT_LEN and GEN_LEN (default 2048 and 128) set the bench's lengths:
 # GEN_LEN=16 for prefill alone costs about a third of the time.
 # With OLD_ENV (e.g. OLD_ENV=TURBOSPARK_CUDA_CODES_HANDOFF=0) the old side
@@ -30,7 +31,11 @@ for p in "$@"; do
                 --prompt-len "${PROMPT_LEN:-2048}" --gen-len "${GEN_LEN:-128}" 2>/dev/null | tail -1)
             python3 -c 'import json, sys
 d = json.loads(sys.argv[3])
-print("%s | %s | decode %.1f | prefill %.0f" % (sys.argv[1], sys.argv[2], d["decode_tok_s"], d["prefill_tok_s"]))' \
+g = d.get("decode_graph_nodes")  # builds before deb9c12 lack it
+census = " | graph %d kernels, %d of %d edges programmatic" % (
+    g["kernels"], g["programmatic_edges"], g["edges"]) if g else ""
+print("%s | %s | decode %.1f | prefill %.0f%s" % (
+    sys.argv[1], sys.argv[2], d["decode_tok_s"], d["prefill_tok_s"], census))' \
                 "$b" "$p" "$line" 2>/dev/null || echo "$b | $p | failed: ${line:0:200}"
         done
     done
