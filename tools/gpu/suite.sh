@@ -31,11 +31,12 @@ import json, sys
 for line in open(sys.argv[1]):
     try:
         d = json.loads(line)
-        g = d.get("decode_graph_nodes") or {}
-        print(d["model"], d["quant"], "prefill %.0f decode %.1f ceiling %.3f peak %.1f GB" % (
-            d["prefill_tok_s"], d["decode_tok_s"], d["ceiling_fraction"], d["peak_gpu_bytes"] / 1e9),
-            "graph: %s kernels, %s of %s edges programmatic" % (
-            g.get("kernels"), g.get("programmatic_edges"), g.get("edges")))
+        g = d.get("decode_graph_nodes")  # builds before deb9c12 lack it
+        census = " | graph %d kernels, %d of %d edges programmatic" % (
+            g["kernels"], g["programmatic_edges"], g["edges"]) if g else ""
+        print(d["model"], d["quant"], "prefill %.0f decode %.1f ceiling %.3f peak %.1f GB%s" % (
+            d["prefill_tok_s"], d["decode_tok_s"], d["ceiling_fraction"], d["peak_gpu_bytes"] / 1e9,
+            census))
     except ValueError:
         print(line[:300])
 PY

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use rayon::prelude::*;
-use serde_json::Value;
+use serde::Serialize;
 use turbospark_backend::Backend;
 
 pub trait DeviceStats: Backend {
@@ -23,11 +23,21 @@ pub trait DeviceStats: Backend {
     /// The device for humans, e.g. "16 threads" (CPU) or "NVIDIA H200, sm_90".
     fn describe(&self) -> String;
 
-    /// What the recorded decode step `g` holds, for `--json`: its kernel
-    /// nodes, other nodes, edges, and how many edges are programmatic (the
-    /// kernel after one may start while the one before runs: PDL; a step
-    /// whose count drops loses that overlap). `None` where reading it failed.
-    fn graph_census(&self, g: &Self::Graph) -> Option<Value>;
+    /// What the recorded decode step `g` holds; `None` where the backend
+    /// records nothing (the CPU) or reading the graph failed.
+    fn graph_census(&self, g: &Self::Graph) -> Option<GraphCensus>;
+}
+
+/// A recorded decode step's nodes and edges (`--json`'s
+/// `decode_graph_nodes`). An edge is programmatic where the kernel after it
+/// may start while the one before runs (PDL); a step whose count drops
+/// loses that overlap.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct GraphCensus {
+    pub kernels: usize,
+    pub other_nodes: usize,
+    pub edges: usize,
+    pub programmatic_edges: usize,
 }
 
 impl DeviceStats for turbospark_cpu::Cpu {
@@ -47,7 +57,7 @@ impl DeviceStats for turbospark_cpu::Cpu {
         format!("{} threads", rayon::current_num_threads())
     }
 
-    fn graph_census(&self, _: &()) -> Option<Value> {
+    fn graph_census(&self, _: &()) -> Option<GraphCensus> {
         None
     }
 }
@@ -66,13 +76,14 @@ impl DeviceStats for turbospark_cuda::Cuda {
         format!("{}, {}", self.device_name(), self.arch())
     }
 
-    fn graph_census(&self, g: &turbospark_cuda::Recording) -> Option<Value> {
+    fn graph_census(&self, g: &turbospark_cuda::Recording) -> Option<GraphCensus> {
         let n = g.nodes().ok()?;
-        let other = n.memsets + n.memcpys + n.allocs + n.frees + n.other;
-        Some(
-            serde_json::json!({"kernels": n.kernels, "other_nodes": other,
-            "edges": n.edges, "programmatic_edges": n.programmatic_edges}),
-        )
+        Some(GraphCensus {
+            kernels: n.kernels,
+            other_nodes: n.memsets + n.memcpys + n.allocs + n.frees + n.other,
+            edges: n.edges,
+            programmatic_edges: n.programmatic_edges,
+        })
     }
 }
 

@@ -206,10 +206,10 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
         100.0 * ceiling,
         copy_bandwidth / 1e9
     );
-    if let Some(c) = &census {
+    if let Some(c) = census {
         println!(
             "decode step recorded: {} kernels, {} programmatic edges of {}",
-            c["kernels"], c["programmatic_edges"], c["edges"]
+            c.kernels, c.programmatic_edges, c.edges
         );
     }
     if let Some(p) = peak_gpu {
