@@ -101,9 +101,52 @@ __device__ __forceinline__ float e8m0(u32 s) {
 // its writes are visible (before any read or write of activations), then
 // lets the next kernel launch. Waiting before triggering keeps at most two
 // kernels overlapping. Without the launch attribute both are no-ops.
+//
+// Under TS_TRACE (src/trace.rs defines it where TURBOSPARK_CUDA_TRACE asks
+// for a timeline; a measuring build, never the default) each block's first
+// thread also notes when it reached the wait and when the wait returned.
+#ifdef TS_TRACE
+// The timeline buffer (the host sets it in every module): [0] entries
+// taken, [1] capacity, then a ring of that many entries of 4 words: the launch's %gridid, the
+// two %globaltimer readings (ns), and smid << 48 | blockDim.x << 32 | the
+// block's index.
+__device__ u64* ts_trace;
+
+__device__ __forceinline__ u64 ts_clock() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ void ts_mark(u64 reached) {
+    if ((threadIdx.x | threadIdx.y | threadIdx.z) != 0 || ts_trace == nullptr) return;
+    const u64 returned = ts_clock();
+    // A ring: the newest entries win (a step's replays come last).
+    const u64 i = atomicAdd(ts_trace, 1ull) % ts_trace[1];
+    u64 grid;
+    u32 sm;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    u64* e = ts_trace + 2 + 4 * i;
+    e[0] = grid;
+    e[1] = reached;
+    e[2] = returned;
+    e[3] = (u64)sm << 48 | (u64)blockDim.x << 32 |
+           (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+}
+#endif
+
 __device__ __forceinline__ void pdl_enter() {
+#ifdef TS_TRACE
+    const u64 reached = ts_clock();
+#endif
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#ifdef TS_TRACE
+    ts_mark(reached);
+#endif
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -101,24 +101,30 @@ extern "C" __global__ void moe_route(int* sel_e, float* sel_w, const float* logi
 // One decode row routed straight from the residual stream: the norm, the
 // router and moe_route's selection in one launch, so a layer's experts
 // wait for one kernel instead of two (the router GEMV's and the
-// routing's). One cluster of gridDim.x blocks (sm_90): block c takes the
-// router rows [c · per, (c + 1) · per), per = ceil(num_experts / blocks),
-// which one bulk copy (the rows are contiguous; bf16 or f16 [num_experts,
-// hidden], which no kernel writes) brings into its shared memory before
-// waiting for the previous kernel, as are the norm's weights into
-// registers; what is left after it is x's round trip. Each block norms
-// the row itself (x is 4 · hidden bytes), dots its rows and stores their
-// logits into block 0's shared memory; after the cluster barrier block
-// 0's first warp routes. Spreading the rows keeps each block's copy short:
-// with one block copying gpt-oss-20b's whole 184 KB router the launch took
-// 10.9 µs alone (ncu), with four 9.1, and only the latter paid in decode;
-// eight blocks of four rows made the step 0.4% faster again (the host
-// picks: src/moe.rs's NR_ROWS).
+// routing's). gridDim.x plain blocks (sm_90's bulk copies): block c takes
+// the router rows [c · per, (c + 1) · per), per = ceil(num_experts /
+// blocks), which one bulk copy (the rows are contiguous; bf16 or f16
+// [num_experts, hidden], which no kernel writes) brings into its shared
+// memory before waiting for the previous kernel, as are the norm's
+// weights into registers; what is left after it is x's round trip. Each
+// block norms the row itself (x is 4 · hidden bytes), dots its rows and
+// stores their logits in `glogits`; the last block to finish (a ticket:
+// `*ticket` counts the blocks done, after a fence that makes their logits
+// visible; that block sets it back to 0 for the next launch) reads them
+// back and its first warp routes.
+// - Many blocks with short copies: the host gives each one router row
+//   (src/moe.rs's ROUTE_ROWS). The copies are on the step's path where
+//   they are long: gpt-oss-120b's 128 rows of 2,880 as one cluster of 16
+//   blocks of 8 rows made 374 tok/s, as 128 blocks 380 (BENCHMARKS.md,
+//   twenty-seventh session).
+// - One counter serves every launch: no two launches' blocks are past
+//   their PDL wait at once (each waits for the kernel before it, which
+//   waited for the one before, back to the previous routing launch).
 // Numerics: normed = w · (x · r), r = 1 / sqrt(mean(x²) + eps), norm.cu's
 // order (the sum of squares a block tree); a logit is Σ normed · W (lanes,
 // then a warp tree) plus the bias, the CPU linear's order; block 0 writes
 // `normed` for the experts. Shared memory: the block's rows, then normed
-// (hidden f32), then the logits (num_experts f32, block 0's used).
+// (hidden f32), then the logits (num_experts f32, the last block's).
 // hidden ≤ NR_HELD · blockDim.
 #define NR_WARPS 8
 #define NR_HELD 16
@@ -143,12 +149,14 @@ __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b, int dt) {
 extern "C" __global__ void __launch_bounds__(NR_WARPS * 32)
     moe_norm_route(int* sel_e, float* sel_w, float* normed, const float* x, const void* norm_w,
                    int norm_dt, float eps, const u16* router, int router_dt, const void* bias,
-                   int bias_dt, u32 hidden, u32 num_experts, u32 top_k, int mode) {
+                   int bias_dt, u32 hidden, u32 num_experts, u32 top_k, int mode,
+                   float* glogits, u32* ticket) {
 #if __CUDA_ARCH__ >= 900
     extern __shared__ uint4 nr_shared[];
     __shared__ u64 copied;
-    const u32 rank = cluster_rank(), per = (num_experts + gridDim.x - 1) / gridDim.x;
-    const u32 e0 = min(num_experts, rank * per), e1 = min(num_experts, e0 + per);
+    __shared__ bool last;
+    const u32 per = (num_experts + gridDim.x - 1) / gridDim.x;
+    const u32 e0 = min(num_experts, blockIdx.x * per), e1 = min(num_experts, e0 + per);
     const u32 chunks = hidden / 8;  // 8 weights (16 bytes) a chunk
     uint4* rows = nr_shared;
     float* xn = (float*)(rows + (u64)per * chunks);
@@ -163,8 +171,6 @@ extern "C" __global__ void __launch_bounds__(NR_WARPS * 32)
         mbar_expect(&copied, bytes);
         bulk_copy(rows, router + (u64)e0 * hidden, bytes, &copied);
     }
-    // Every block has started before any stores into block 0 (below).
-    cluster_arrive();
     float wv[NR_HELD], xv[NR_HELD];
 #pragma unroll
     for (int j = 0; j < NR_HELD; j++) {
@@ -188,12 +194,11 @@ extern "C" __global__ void __launch_bounds__(NR_WARPS * 32)
         if (i < hidden) {
             const float v = wv[j] * (xv[j] * r);
             xn[i] = v;
-            if (rank == 0) normed[i] = v;
+            if (blockIdx.x == 0) normed[i] = v;
         }
     }
     if (bytes > 0) mbar_wait(&copied, 0);
     __syncthreads();
-    cluster_wait();
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     for (u32 e = e0 + warp; e < e1; e += blockDim.x >> 5) {
         const uint4* row = rows + (u64)(e - e0) * chunks;
@@ -202,11 +207,24 @@ extern "C" __global__ void __launch_bounds__(NR_WARPS * 32)
             s += dot8(row[c], ((const float4*)xn)[2 * c], ((const float4*)xn)[2 * c + 1], router_dt);
         }
         s = warp_sum(s);
-        if (lane == 0) store_in_block(&lg[e], 0, bias ? s + load_w(bias, bias_dt, e) : s);
+        if (lane == 0) glogits[e] = bias ? s + load_w(bias, bias_dt, e) : s;
     }
-    cluster_arrive();
-    cluster_wait();
-    if (rank == 0 && warp == 0) route_token(lg, num_experts, top_k, mode, sel_e, sel_w);
+    __syncthreads();  // this block's logits are stored
+    if (threadIdx.x == 0) {
+        __threadfence();  // ... and visible before the ticket says so
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        if (last) {
+            *ticket = 0;      // every block has counted
+            __threadfence();  // the others' logits, seen through the ticket
+        }
+    }
+    __syncthreads();
+    if (!last || warp != 0) return;
+    // From L2: this block's L1 never held these lines, but another
+    // launch's blocks on this SM may have.
+    for (u32 e = lane; e < num_experts; e += 32) lg[e] = __ldcg(glogits + e);
+    __syncwarp();
+    route_token(lg, num_experts, top_k, mode, sel_e, sel_w);
 #endif
 }
 

@@ -134,6 +134,7 @@ pub fn cubin_cached_in(
         b"turbospark-cuda 1",
         format!("nvrtc {major}.{minor} {arch}").as_bytes(),
         OPTIONS.join(" ").as_bytes(),
+        crate::trace::prelude().as_bytes(),
         COMMON.as_bytes(),
         source.as_bytes(),
     ]);
@@ -181,7 +182,8 @@ fn store(path: &std::path::Path, bytes: &[u8]) {
 }
 
 fn compile(file: &str, source: &str, arch: &str) -> Result<Vec<u8>, CudaError> {
-    let full = format!("{COMMON}\n#line 1 \"{file}\"\n{source}");
+    let prelude = crate::trace::prelude();
+    let full = format!("{prelude}{COMMON}\n#line 1 \"{file}\"\n{source}");
     let fail = |what: String| CudaError::Compile {
         file: file.to_string(),
         log: what,

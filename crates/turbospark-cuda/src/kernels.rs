@@ -70,8 +70,14 @@ macro_rules! kernels {
 
         impl Kernels {
             /// Compiles (or takes from the cache) every kernel file for
-            /// `arch` and loads its functions into `ctx`.
-            pub fn load(ctx: &Arc<CudaContext>, arch: &str) -> Result<Self, CudaError> {
+            /// `arch` and loads its functions into `ctx`; with `trace` (a
+            /// timeline buffer's address, `crate::trace`), points each
+            /// module's `ts_trace` at it.
+            pub fn load(
+                ctx: &Arc<CudaContext>,
+                arch: &str,
+                trace: Option<(u64, &Arc<CudaStream>)>,
+            ) -> Result<Self, CudaError> {
                 let mut modules = HashMap::new();
                 for (file, source) in SOURCES {
                     let load = |bin: Vec<u8>| ctx.load_module(Ptx::from_binary(bin));
@@ -80,11 +86,24 @@ macro_rules! kernels {
                         // A damaged cache entry: compile again and replace it.
                         Err(_) => load(recompile(file, source, arch)?)?,
                     };
+                    if let Some((address, stream)) = trace {
+                        let mut global = module.get_global("ts_trace", stream)?;
+                        stream.memcpy_htod(&address.to_le_bytes(), &mut global)?;
+                        stream.synchronize()?;
+                    }
                     modules.insert(file, module);
                 }
                 Ok(Kernels {
                     $($($name: modules[$file].load_function(stringify!($name))?,)*)*
                 })
+            }
+
+            /// The name of the kernel `f` is (a timeline's launch notes).
+            pub fn name_of(&self, f: &CudaFunction) -> &'static str {
+                $($(if self.$name.cu_function() == f.cu_function() {
+                    return stringify!($name);
+                })*)*
+                "?"
             }
         }
     };
@@ -124,8 +143,7 @@ kernels! {
 }
 
 /// Launches `f` on `stream` with `grid` blocks of `block` threads and
-/// `shared` bytes of dynamic shared memory a block, in clusters of
-/// `cluster` blocks along x (sm_90; 1: no clusters). With `pdl` the launch
+/// `shared` bytes of dynamic shared memory a block. With `pdl` the launch
 /// allows programmatic dependent launch (sm_90+): the kernel may start
 /// while the previous one on the stream drains, and waits for it in
 /// `pdl_enter` (kernels/common.cuh), which every kernel calls first.
@@ -137,7 +155,7 @@ pub fn launch(
     stream: &CudaStream,
     f: &CudaFunction,
     grid: (u32, u32, u32),
-    (block, shared, cluster): (u32, u32, u32),
+    (block, shared): (u32, u32),
     pdl: bool,
     args: &[Arg],
 ) {
@@ -156,26 +174,13 @@ pub fn launch(
             Arg::Step(v) => ptr::from_ref(v.as_ref()).cast_mut().cast(),
         })
         .collect();
-    let mut attrs = Vec::with_capacity(2);
+    let mut attrs = Vec::with_capacity(1);
     if pdl {
         attrs.push(sys::CUlaunchAttribute {
             id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
             pad: [0; 4],
             value: sys::CUlaunchAttributeValue {
                 programmaticStreamSerializationAllowed: 1,
-            },
-        });
-    }
-    if cluster > 1 {
-        attrs.push(sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-            pad: [0; 4],
-            value: sys::CUlaunchAttributeValue {
-                clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-                    x: cluster,
-                    y: 1,
-                    z: 1,
-                },
             },
         });
     }
@@ -198,32 +203,6 @@ pub fn launch(
     unsafe { sys::cuLaunchKernelEx(&cfg, f.cu_function(), params.as_mut_ptr(), ptr::null_mut()) }
         .result()
         .unwrap_or_else(|e| panic!("CUDA kernel launch failed: {e}"));
-}
-
-/// The most blocks of `block` threads and `shared` bytes of dynamic shared
-/// memory a cluster of `f` may have on this GPU, as the driver computes it
-/// (`cuOccupancyMaxPotentialClusterSize`, which honours `f`'s
-/// non-portable-size attribute), or None where it cannot say.
-pub fn max_cluster(f: &CudaFunction, block: u32, shared: u32) -> Option<u32> {
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: 16,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: shared,
-        hStream: ptr::null_mut(),
-        attrs: ptr::null_mut(),
-        numAttrs: 0,
-    };
-    let mut n = 0;
-    // SAFETY: `cfg` describes a launch of `f` and outlives the call, which
-    // writes one int.
-    unsafe { sys::cuOccupancyMaxPotentialClusterSize(&mut n, f.cu_function(), &cfg) }
-        .result()
-        .ok()?;
-    u32::try_from(n).ok()
 }
 
 /// Blocks for a grid-stride kernel over `n` elements.

@@ -34,6 +34,7 @@ pub mod ops;
 mod recording;
 pub mod rope_kv;
 pub mod sample;
+mod trace;
 pub mod weight;
 
 use arena::Arena;
@@ -145,20 +146,30 @@ pub struct Cuda {
     /// gives a block less.
     qx_stream_shared: u32,
     /// Route a decode row of an MoE block in one launch (`moe_norm_route`,
-    /// sm_90: bulk copies and clusters) where each block's share of its
+    /// sm_90: bulk copies) where each block's share of its
     /// router fits in `route_shared` bytes (unless
     /// `TURBOSPARK_CUDA_FUSED_ROUTE=0`; see `moe::rms_norm_moe`).
     fused_route: bool,
     /// Dynamic shared memory `moe_norm_route` may take: what the GPU gives
     /// a block, less 2 KB for its static memory.
     route_shared: u32,
-    /// Most blocks of a `moe_norm_route` cluster on this GPU (16 on the
-    /// H200; see `moe::route_cluster`).
-    route_cluster: usize,
+    /// `moe_norm_route`'s ticket (its blocks done): 0 between launches.
+    route_ticket: CudaSlice<u32>,
     /// Attend a decode step's short sliding window in one block a KV head
     /// with no combine (unless `TURBOSPARK_CUDA_WINDOW_ATTENTION=0`; see
     /// `attention::rope_kv_attention`).
     window_attention: bool,
+    /// The timeline being noted (`TURBOSPARK_CUDA_TRACE`; `crate::trace`),
+    /// written when the backend is dropped.
+    trace: Option<trace::Trace>,
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        if let Some(t) = &self.trace {
+            t.write(&self.stream);
+        }
+    }
 }
 
 impl Cuda {
@@ -196,7 +207,16 @@ impl Cuda {
         let arch = format!("sm_{major}{minor}");
         let sm_count =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let k = kernels::Kernels::load(&ctx, &arch)?;
+        // One stream and no cross-stream hazards: cudarc's per-buffer event
+        // tracking would only add two events to every allocation.
+        // SAFETY: every buffer is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        // A stream of our own: the legacy default stream cannot be captured
+        // into a graph.
+        let stream = ctx.new_stream()?;
+        let trace = trace::Trace::new(&stream)?;
+        let address = trace.as_ref().map(|t| (t.device_address(&stream), &stream));
+        let k = kernels::Kernels::load(&ctx, &arch, address)?;
         // The streamed GEMVs: sm_90's bulk copies, and a block's share of
         // shared memory beyond the default 48 KB.
         let optin = ctx.attribute(
@@ -226,11 +246,6 @@ impl Cuda {
             sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             optin_dynamic as i32,
         )?;
-        let route_cluster = if bulk_copies {
-            moe::route_cluster(&k.moe_norm_route)
-        } else {
-            1
-        };
         // Flash attention over a bf16 store: two stages of K and V tiles
         // (up to 68 KB).
         for (f, hd) in [
@@ -243,13 +258,6 @@ impl Cuda {
                 flash_attention::bf16_store_shared(hd).min(optin_dynamic) as i32,
             )?;
         }
-        // One stream and no cross-stream hazards: cudarc's per-buffer event
-        // tracking would only add two events to every allocation.
-        // SAFETY: every buffer is used on `stream` only.
-        unsafe { ctx.disable_event_tracking() };
-        // A stream of our own: the legacy default stream cannot be captured
-        // into a graph.
-        let stream = ctx.new_stream()?;
         // Keep freed pool memory instead of returning it to the driver at
         // every synchronisation, so per-call scratch stays a pool hit.
         // SAFETY: the device handle comes from the live context.
@@ -263,6 +271,7 @@ impl Cuda {
             )?;
         }
         let blas = CudaBlas::new(stream.clone())?;
+        let route_ticket = stream.alloc_zeros::<u32>(1)?;
         Ok(Cuda {
             ctx,
             stream,
@@ -282,7 +291,8 @@ impl Cuda {
             fused_route: bulk_copies
                 && std::env::var("TURBOSPARK_CUDA_FUSED_ROUTE").map_or(true, |v| v != "0"),
             route_shared: optin_dynamic,
-            route_cluster,
+            route_ticket,
+            trace,
             window_attention: std::env::var("TURBOSPARK_CUDA_WINDOW_ATTENTION")
                 .map_or(true, |v| v != "0"),
         })
@@ -413,27 +423,21 @@ impl Cuda {
         shared: u32,
         args: &[kernels::Arg],
     ) {
-        kernels::launch(&self.stream, f, grid, (block, shared, 1), self.pdl, args);
+        self.note(f, grid, block, shared);
+        kernels::launch(&self.stream, f, grid, (block, shared), self.pdl, args);
     }
 
-    /// [`Cuda::launch_shared`] of one cluster of `blocks` blocks (sm_90).
-    pub(crate) fn launch_cluster(
+    /// Notes a launch in the timeline, when one is being noted.
+    fn note(
         &self,
         f: &cudarc::driver::CudaFunction,
-        blocks: u32,
+        grid: (u32, u32, u32),
         block: u32,
         shared: u32,
-        args: &[kernels::Arg],
     ) {
-        let grid = (blocks, 1, 1);
-        kernels::launch(
-            &self.stream,
-            f,
-            grid,
-            (block, shared, blocks),
-            self.pdl,
-            args,
-        );
+        if let Some(t) = &self.trace {
+            t.note(self.k.name_of(f), grid, (block, shared), self.recording());
+        }
     }
 }
 

@@ -27,11 +27,11 @@
 use turbospark_backend::{Backend, Experts, MoeParams, rms_norm_moe_parts};
 use turbospark_format::{ExpertAct, Routing};
 
-use cudarc::driver::{CudaFunction, CudaSlice, sys};
+use cudarc::driver::CudaSlice;
 
 use crate::gemm::{XType, gemm_rows, weight_scratch};
 use crate::gemv::{GemvEdges, GemvGlu, GemvJob, gemv};
-use crate::kernels::{self, Arg, BLOCK, grid_for};
+use crate::kernels::{Arg, BLOCK, grid_for};
 use crate::linear::GEMM_MIN_ROWS;
 use crate::weight::{CudaWeight, Dense, WeightData};
 use crate::{Cuda, CudaTensor, Precision};
@@ -124,50 +124,22 @@ fn routing_mode(r: Routing) -> i32 {
 /// thread (kernels/moe.cu: NR_WARPS, NR_HELD).
 const NR_THREADS: u32 = 8 * 32;
 const NR_HELD: usize = 16;
-/// Router rows a `moe_norm_route` block takes where there are enough blocks
-/// (at most one a warp). Four, not eight: the shorter copy a block
-/// measured faster in a step (BENCHMARKS.md, twenty-fourth session:
-/// gpt-oss-20b's 32 experts over 8 blocks 537.3 tok/s, over 4 535.2, over
-/// 2 525.0; gpt-oss-120b's 128 over 8 blocks 363.6, over 4 351.2).
-const NR_ROWS: usize = 4;
-/// The most blocks a portable cluster has, and a non-portable one (sm_90
-/// GPUs that allow it, the H200 among them): 16 blocks of 8 rows measured
-/// faster than 8 of 16 on 128-expert routers (BENCHMARKS.md,
-/// twenty-fifth session: gpt-oss-120b 367.2 -> 373.8 tok/s, Qwen3-30B-A3B
-/// 298.5 -> 305.2).
-const PORTABLE_CLUSTER: usize = 8;
-const NON_PORTABLE_CLUSTER: usize = 16;
-/// The dynamic shared memory the cluster-size query assumes a block takes:
-/// a 128-expert router of 2,880 values over 16 blocks needs ~58 KB.
-const ROUTE_QUERY_SHARED: u32 = 64 * 1024;
-
-/// Most blocks a `moe_norm_route` cluster may have on this GPU: 16 where
-/// the driver allows non-portable clusters for the kernel and says 16
-/// such blocks fit together, else the portable 8.
-pub(crate) fn route_cluster(f: &CudaFunction) -> usize {
-    let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED;
-    if f.set_attribute(attr, 1).is_err() {
-        return PORTABLE_CLUSTER;
-    }
-    let fits = kernels::max_cluster(f, NR_THREADS, ROUTE_QUERY_SHARED)
-        .is_some_and(|n| n as usize >= NON_PORTABLE_CLUSTER);
-    if fits {
-        NON_PORTABLE_CLUSTER
-    } else {
-        // Back to what every sm_90 GPU launches.
-        let _ = f.set_attribute(attr, 0);
-        PORTABLE_CLUSTER
-    }
-}
+/// Router rows a `moe_norm_route` block takes: one, so the many short
+/// copies of a 128-expert router finish in the shadow of the previous
+/// kernel (BENCHMARKS.md, twenty-seventh session: gpt-oss-120b 374.1 ->
+/// 379.8 tok/s against one cluster of 16 blocks of 8 rows, Qwen3-30B-A3B
+/// 306.2 -> 311.0 with two rows a block; gpt-oss-20b level, 542.5 ->
+/// 543.5, against 8 blocks of 4).
+const ROUTE_ROWS: usize = 1;
 
 /// `x += moe(rms_norm(x))`, routed by `rms_norm(x) · Rᵀ (+ rb)`. One decode
-/// row whose router (bf16 or f16) fits in the shared memory of one cluster
-/// of up to 8 blocks (`route_geometry`): `moe_norm_route` (sm_90) copies
-/// the router there, norms the row, writes it for the experts and routes it
-/// in one launch (the layer's experts then wait for one kernel, not for
-/// the router GEMV and the routing), and the experts run as in [`moe`].
-/// Otherwise [`rms_norm_moe_parts`]: the router GEMV with the norm fused,
-/// then [`moe`].
+/// row whose router (bf16 or f16) rows fit in a block's shared memory
+/// ([`route_geometry`]): `moe_norm_route` (sm_90) copies the router there,
+/// norms the row, writes it for the experts and routes it in one launch
+/// (the layer's experts then wait for one kernel, not for the router GEMV
+/// and the routing), and the experts run as in [`moe`]. Otherwise
+/// [`rms_norm_moe_parts`]: the router GEMV with the norm fused, then
+/// [`moe`].
 pub fn rms_norm_moe(
     be: &Cuda,
     x: &mut CudaTensor,
@@ -184,52 +156,56 @@ pub fn rms_norm_moe(
     let normed = be.empty(1, x.cols);
     let sel_e = be.scratch::<i32>(p.top_k);
     let sel_w = be.scratch::<f32>(p.top_k);
+    let logits = be.scratch::<f32>(p.num_experts);
     let (norm_ptr, norm_dt) = norm.dense_ptr(be, "norm");
     let (router_ptr, router_dt) = router.0.dense_ptr(be, "router");
     let (bias_ptr, bias_dt) = router.1.map_or((0, 0), |b| b.dense_ptr(be, "router bias"));
-    be.launch_cluster(
+    let args = [
+        Arg::Ptr(be.ptr(&sel_e)),
+        Arg::Ptr(be.ptr(&sel_w)),
+        Arg::Ptr(be.ptr(&normed.data)),
+        Arg::Ptr(be.ptr(&x.data)),
+        Arg::Ptr(norm_ptr),
+        Arg::I32(norm_dt),
+        Arg::F32(eps),
+        Arg::Ptr(router_ptr),
+        Arg::I32(router_dt),
+        Arg::Ptr(bias_ptr),
+        Arg::I32(bias_dt),
+        Arg::U32(x.cols as u32),
+        Arg::U32(p.num_experts as u32),
+        Arg::U32(p.top_k as u32),
+        Arg::I32(routing_mode(p.routing)),
+        Arg::Ptr(be.ptr(&logits)),
+        Arg::Ptr(be.ptr(&be.route_ticket)),
+    ];
+    be.launch_shared(
         &be.k.moe_norm_route,
-        blocks,
+        (blocks, 1, 1),
         NR_THREADS,
         shared,
-        &[
-            Arg::Ptr(be.ptr(&sel_e)),
-            Arg::Ptr(be.ptr(&sel_w)),
-            Arg::Ptr(be.ptr(&normed.data)),
-            Arg::Ptr(be.ptr(&x.data)),
-            Arg::Ptr(norm_ptr),
-            Arg::I32(norm_dt),
-            Arg::F32(eps),
-            Arg::Ptr(router_ptr),
-            Arg::I32(router_dt),
-            Arg::Ptr(bias_ptr),
-            Arg::I32(bias_dt),
-            Arg::U32(x.cols as u32),
-            Arg::U32(p.num_experts as u32),
-            Arg::U32(p.top_k as u32),
-            Arg::I32(routing_mode(p.routing)),
-        ],
+        &args,
     );
     per_token(be, &normed, ex, p, &sel_e, &sel_w, x);
 }
 
 /// `moe_norm_route`'s blocks for `experts` router rows of `hidden` values
-/// (one cluster: four rows a block, one a warp, up to `max_cluster`
-/// blocks), and each block's dynamic shared memory: its rows (2 bytes a
-/// value), the normed row and the logits (f32).
-fn route_geometry(experts: usize, hidden: usize, max_cluster: usize) -> (usize, usize) {
-    let blocks = experts.div_ceil(NR_ROWS).clamp(1, max_cluster);
+/// ([`ROUTE_ROWS`] a block, one a warp), and each block's dynamic shared
+/// memory: its rows (2 bytes a value), the normed row and the logits
+/// (f32).
+fn route_geometry(experts: usize, hidden: usize) -> (usize, usize) {
+    let blocks = experts.div_ceil(ROUTE_ROWS).max(1);
     (
         blocks,
         experts.div_ceil(blocks) * hidden * 2 + (hidden + experts) * 4,
     )
 }
 
-/// `moe_norm_route`'s blocks (one cluster) and the dynamic shared memory
-/// each needs for this call (its router rows, the normed row and the
-/// logits), or None where it does not apply: more than one row, a router
-/// other than bf16/f16 `[experts, hidden]`, a row wider than the kernel
-/// holds, or more memory than a block gets.
+/// `moe_norm_route`'s blocks and the dynamic shared memory each needs for
+/// this call (its router rows, the normed row and the logits), or None
+/// where it does not apply: more than one row, a router other than
+/// bf16/f16 `[experts, hidden]`, a row wider than the kernel holds, or
+/// more memory than a block gets.
 fn fused_route(
     be: &Cuda,
     x: &CudaTensor,
@@ -245,7 +221,7 @@ fn fused_route(
             ..
         }
     );
-    let (blocks, bytes) = route_geometry(e, h, be.route_cluster);
+    let (blocks, bytes) = route_geometry(e, h);
     let fits = x.rows == 1
         && two_bytes
         && matches!(norm.data, WeightData::Dense { .. })
@@ -533,38 +509,16 @@ mod tests {
         assert_eq!(p.index, vec![-1, -1]);
     }
 
-    /// The presets' routers spread over one cluster of at most 16 blocks
-    /// (the H200's): gpt-oss-20b's 32 rows of 2,880 eight blocks of 4 (23
-    /// KB of rows each), gpt-oss-120b's 128 sixteen of 8 (46 KB),
-    /// Qwen3-30B-A3B's 128 of 2,048 sixteen of 8; Mixtral's 8 of 4,096 two
-    /// blocks of 4. Where only portable clusters run, the 128-row routers
-    /// take eight blocks of 16.
+    /// One router row a block: gpt-oss-20b's 32 rows of 2,880 in 32
+    /// blocks, gpt-oss-120b's 128 in 128, Mixtral's 8 of 4,096 in 8; each
+    /// block's shared memory holds its row, the normed row and the logits.
     #[test]
-    fn the_fused_routing_spreads_the_router_over_one_cluster() {
-        let h200 = NON_PORTABLE_CLUSTER;
+    fn the_fused_routing_gives_each_block_one_router_row() {
+        assert_eq!(route_geometry(32, 2880), (32, 2880 * 2 + (2880 + 32) * 4));
         assert_eq!(
-            route_geometry(32, 2880, h200),
-            (8, 4 * 2880 * 2 + (2880 + 32) * 4)
+            route_geometry(128, 2880),
+            (128, 2880 * 2 + (2880 + 128) * 4)
         );
-        assert_eq!(
-            route_geometry(128, 2880, h200),
-            (16, 8 * 2880 * 2 + (2880 + 128) * 4)
-        );
-        assert_eq!(
-            route_geometry(128, 2048, h200),
-            (16, 8 * 2048 * 2 + (2048 + 128) * 4)
-        );
-        assert_eq!(
-            route_geometry(8, 4096, h200),
-            (2, 4 * 4096 * 2 + (4096 + 8) * 4)
-        );
-        assert_eq!(
-            route_geometry(128, 2880, PORTABLE_CLUSTER),
-            (8, 16 * 2880 * 2 + (2880 + 128) * 4)
-        );
-        // The cluster-size query's shared memory covers the presets' blocks.
-        assert!(route_geometry(128, 2880, h200).1 <= ROUTE_QUERY_SHARED as usize);
-        // A 128-row cluster of blocks of 16 rows fits the H200's 227 KB.
-        assert!(route_geometry(128, 2880, PORTABLE_CLUSTER).1 < 227 * 1024);
+        assert_eq!(route_geometry(8, 4096), (8, 4096 * 2 + (4096 + 8) * 4));
     }
 }

@@ -228,12 +228,13 @@ fn moe_grouped_prefill_by_expert() {
 
 /// `rms_norm_moe` (the whole block on the residual stream) on both
 /// backends. One row takes `moe_norm_route` (norm, router and routing in
-/// one cluster launch) where the router is bf16 or f16: gpt-oss-20b's
-/// shape with MXFP4 experts and a router bias (4 blocks of 8 rows), 128
-/// experts (8 blocks of 16), 16 experts of 24 values (2 blocks), 8 experts
-/// with an f16 router (one block). An f32 router, a row wider than the
-/// kernel holds (4,104) and 3 rows take the router GEMV and `moe`. x is
-/// the residual stream: a second call adds the experts' share of the new x.
+/// one launch, one block a router row, the last block to finish routing)
+/// where the router is bf16 or f16: gpt-oss-20b's shape with MXFP4 experts
+/// and a router bias (32 blocks), 128 experts, 16 experts of 24 values, 8
+/// experts with an f16 router. An f32 router, a row wider than the kernel
+/// holds (4,104) and 3 rows take the router GEMV and `moe`. x is the
+/// residual stream: a second call adds the experts' share of the new x.
+/// Every launch after the first finds the ticket its predecessor reset.
 #[test]
 fn norm_routed_moe_equals_the_cpus() {
     let Some(mut g) = gpu() else { return };

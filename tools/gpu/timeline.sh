@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after tools/gpu/bundle.sh:
+# a decode step's timeline as the GPU ran it (src/trace.rs), e.g.
+#   .device/timeline.sh int4 --synthetic llama-3.1-8b --quant int4 --layers 8
+# runs `turbospark bench --device cuda --json --prompt-len 2048 --gen-len 16
+# ARGS...` with TURBOSPARK_CUDA_TRACE set, then tools/gpu/timeline.py on
+# what it wrote: $OUT/timeline_NAME.txt (the bench's figures, then the
+# table), and with RAW=1 the raw timeline gzipped (raw_NAME.txt.gz) for
+# another look here.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+for f in .device/*.gz; do gunzip -f "$f"; done
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
+export TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+name=$1
+shift
+raw=/tmp/timeline_$name.txt
+line=$(TURBOSPARK_CUDA_TRACE=$raw timeout 300 .device/turbospark bench --device cuda --json \
+    --prompt-len 2048 --gen-len 16 "$@" 2>/dev/null | tail -1)
+{
+    python3 -c 'import json, sys
+d = json.loads(sys.argv[1])
+print("bench (noting the timeline): decode %.1f tok/s" % d["decode_tok_s"])' "$line" ||
+        echo "bench failed: ${line:0:200}"
+    python3 .device/timeline.py "$raw" --steps 12
+} > "$OUT/timeline_$name.txt" 2>&1
+[ "${RAW:-0}" = 1 ] && gzip -c "$raw" > "$OUT/raw_$name.txt.gz"
+echo "== $name"
+cat "$OUT/timeline_$name.txt"
