@@ -13,12 +13,7 @@
 # With OLD_ENV (e.g. OLD_ENV=TURBOSPARK_CUDA_CODES_HANDOFF=0) the old side
 # is this build under those variables: a knob measured on one binary, no
 # OLD_REV build needed.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-for f in .device/*.gz; do gunzip -f "$f"; done
-OUT=${OUT:-gpu-results}
-mkdir -p "$OUT"
-export TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+. "$(dirname "$0")/common.sh"
 reps=$1
 shift
 for p in "$@"; do
@@ -29,14 +24,7 @@ for p in "$@"; do
             # shellcheck disable=SC2086 # the preset carries its flags
             line=$(timeout 200 "${run[@]}" bench --device cuda --json --synthetic $p \
                 --prompt-len "${PROMPT_LEN:-2048}" --gen-len "${GEN_LEN:-128}" 2>/dev/null | tail -1)
-            python3 -c 'import json, sys
-d = json.loads(sys.argv[3])
-g = d.get("decode_graph_nodes")  # builds before deb9c12 lack it
-census = " | graph %d kernels, %d of %d edges programmatic" % (
-    g["kernels"], g["programmatic_edges"], g["edges"]) if g else ""
-print("%s | %s | decode %.1f | prefill %.0f%s" % (
-    sys.argv[1], sys.argv[2], d["decode_tok_s"], d["prefill_tok_s"], census))' \
-                "$b" "$p" "$line" 2>/dev/null || echo "$b | $p | failed: ${line:0:200}"
+            bench_line "$b" "$p" "$line"
         done
     done
 done | tee -a "$OUT/ab.txt"

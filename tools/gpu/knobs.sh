@@ -6,12 +6,7 @@
 # (ab.sh's OLD_ENV is the two-setting case of this). One line a run, as it
 # ends, to $OUT/knobs.txt (default ./gpu-results); PROMPT_LEN and GEN_LEN
 # (default 2048 and 128) set the bench's lengths.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-for f in .device/*.gz; do gunzip -f "$f"; done
-OUT=${OUT:-gpu-results}
-mkdir -p "$OUT"
-export TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+. "$(dirname "$0")/common.sh"
 reps=$1
 settings=$2
 shift 2
@@ -21,11 +16,7 @@ for p in "$@"; do
             # shellcheck disable=SC2086 # the preset carries its flags
             line=$(timeout 200 env "$s" .device/turbospark bench --device cuda --json --synthetic $p \
                 --prompt-len "${PROMPT_LEN:-2048}" --gen-len "${GEN_LEN:-128}" 2>/dev/null | tail -1)
-            python3 -c 'import json, sys
-d = json.loads(sys.argv[3])
-print("%s | %s | decode %.1f | prefill %.0f" % (
-    sys.argv[1], sys.argv[2], d["decode_tok_s"], d["prefill_tok_s"]))' \
-                "$s" "$p" "$line" 2>/dev/null || echo "$s | $p | failed: ${line:0:200}"
+            bench_line "$s" "$p" "$line"
         done
     done
 done | tee -a "$OUT/knobs.txt"

@@ -8,12 +8,7 @@
 # SANITIZE=1 also runs compute-sanitizer memcheck on the parity tests (those
 # matching PARITY_FILTER's names, if set) and short gpt-oss and int4 Llama
 # decodes.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-for f in .device/*.gz; do gunzip -f "$f"; done
-OUT=${OUT:-gpu-results}
-mkdir -p "$OUT"
-export TURBOSPARK_FIXTURES=$PWD/tests/fixtures TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+. "$(dirname "$0")/common.sh"
 D=.device
 for t in parity parity_kv parity_linear parity_moe sampling flash_attention fixtures_on_gpu memory; do
     echo "=== $t"

@@ -7,22 +7,14 @@
 # what it wrote: $OUT/timeline_NAME.txt (the bench's figures, then the
 # table), and with RAW=1 the raw timeline gzipped (raw_NAME.txt.gz) for
 # another look here.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-for f in .device/*.gz; do gunzip -f "$f"; done
-OUT=${OUT:-gpu-results}
-mkdir -p "$OUT"
-export TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+. "$(dirname "$0")/common.sh"
 name=$1
 shift
 raw=/tmp/timeline_$name.txt
 line=$(TURBOSPARK_CUDA_TRACE=$raw timeout 300 .device/turbospark bench --device cuda --json \
     --prompt-len 2048 --gen-len 16 "$@" 2>/dev/null | tail -1)
 {
-    python3 -c 'import json, sys
-d = json.loads(sys.argv[1])
-print("bench (noting the timeline): decode %.1f tok/s" % d["decode_tok_s"])' "$line" ||
-        echo "bench failed: ${line:0:200}"
+    bench_line "bench, noting the timeline" "$*" "$line"
     python3 .device/timeline.py "$raw" --steps 12
 } > "$OUT/timeline_$name.txt" 2>&1
 [ "${RAW:-0}" = 1 ] && gzip -c "$raw" > "$OUT/raw_$name.txt.gz"

@@ -1,0 +1,24 @@
+# Sourced by the scripts of this folder on the GPU machine (from .device/,
+# where bundle.sh copies it): the repository root as the working folder,
+# the binaries unpacked, $OUT made (default ./gpu-results), the cubin
+# cache and the fixtures found, and `bench_line`. Defines nothing else.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+for f in .device/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
+export TURBOSPARK_FIXTURES=$PWD/tests/fixtures TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
+
+# bench_line LABEL PRESET JSON: one line of a `bench --json` run (decode,
+# prefill, and the recorded step's census where the build reports it), or
+# the start of what came out where it is not JSON.
+bench_line() {
+    python3 -c 'import json, sys
+d = json.loads(sys.argv[3])
+g = d.get("decode_graph_nodes")  # builds before deb9c12 lack it
+census = " | graph %d kernels, %d of %d edges programmatic" % (
+    g["kernels"], g["programmatic_edges"], g["edges"]) if g else ""
+print("%s | %s | decode %.1f | prefill %.0f%s" % (
+    sys.argv[1], sys.argv[2], d["decode_tok_s"], d["prefill_tok_s"], census))' \
+        "$1" "$2" "$3" 2>/dev/null || echo "$1 | $2 | failed: ${3:0:200}"
+}
