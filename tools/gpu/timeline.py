@@ -18,7 +18,10 @@ mean over the replays, µs):
 - early: how long before its release its first block was already waiting
   (resident early under programmatic dependent launch; 0 if none was);
 - lag: its release to its last block's wait returning (blocks that only
-  became resident after the release).
+  became resident after the release);
+- ready: the share of its blocks already waiting at its release (the
+  others reached the wait later: their work before it, copies issued
+  early for one, was not hidden).
 Then the spans summed by kernel name over a step. The %globaltimer tick
 is printed with the table (32 ns on the H200): where it is coarser than a
 span, only the means over many replays mean anything.
@@ -32,7 +35,8 @@ import sys
 
 def load(path, gap_ns):
     """The launches noted, and the launches' block groups in time order:
-    [blocks, first reached, first returned, last returned, threads]. A
+    [blocks, first reached, first returned, last returned, threads, blocks
+    waiting at the first return]. A
     graph's kernel node keeps its %gridid in every replay, so one id's
     entries are cut into launches where their returns are `gap_ns` apart."""
     launches, by_grid = [], collections.defaultdict(list)
@@ -57,7 +61,9 @@ def load(path, gap_ns):
                 run = []
             run.append(e)
         groups.append(run)
-    groups = [[len(r), min(e[1] for e in r), r[0][0], r[-1][0], r[0][2]] for r in groups]
+    # The blocks already waiting when the launch was released.
+    ready = lambda r: sum(1 for e in r if e[1] <= r[0][0])
+    groups = [[len(r), min(e[1] for e in r), r[0][0], r[-1][0], r[0][2], ready(r)] for r in groups]
     return launches, sorted(groups, key=lambda g: g[2])
 
 
@@ -112,7 +118,7 @@ def main():
     rows = []
     by_name = collections.defaultdict(float)
     for j, (name, blocks, threads, _) in enumerate(step):
-        span, early, lag, seen = [], [], [], []
+        span, early, lag, seen, ready = [], [], [], [], []
         for r, rep in enumerate(reps[:-1]):
             g = rep[j]
             nxt = rep[j + 1] if j + 1 < len(step) else reps[r + 1][0]
@@ -120,13 +126,16 @@ def main():
             early.append(max(0, g[2] - g[1]))
             lag.append(g[3] - g[2])
             seen.append(g[0])
+            ready.append(100 * g[5] / g[0])
         m = statistics.mean(span) / 1000
         by_name[name] += m
         rows.append((j, name, f"{blocks}x{threads}", statistics.median(seen), m,
-                     statistics.mean(early) / 1000, statistics.mean(lag) / 1000))
-    print(f"{'#':>3} {'kernel':34} {'grid':>10} {'blocks':>6} {'span':>7} {'early':>7} {'lag':>6}")
-    for j, name, grid, seen, m, e, l in rows:
-        print(f"{j:3d} {name:34} {grid:>10} {seen:6.0f} {m:7.2f} {e:7.2f} {l:6.2f}")
+                     statistics.mean(early) / 1000, statistics.mean(lag) / 1000,
+                     statistics.mean(ready)))
+    print(f"{'#':>3} {'kernel':34} {'grid':>10} {'blocks':>6} {'span':>7} {'early':>7} "
+          f"{'lag':>6} {'ready':>6}")
+    for j, name, grid, seen, m, e, l, rd in rows:
+        print(f"{j:3d} {name:34} {grid:>10} {seen:6.0f} {m:7.2f} {e:7.2f} {l:6.2f} {rd:5.0f}%")
     print("\nspans by kernel, µs a step:")
     total = sum(by_name.values())
     for name, t in sorted(by_name.items(), key=lambda x: -x[1]):
