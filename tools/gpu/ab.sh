@@ -10,19 +10,15 @@
 # with the recorded step's census where the build reports it.
 # PROMPT_LEN and GEN_LEN (default 2048 and 128) set the bench's lengths:
 # GEN_LEN=16 for prefill alone costs about a third of the time.
-# With OLD_ENV (e.g. OLD_ENV=TURBOSPARK_CUDA_CODES_HANDOFF=0) the old side
-# is this build under those variables: a knob measured on one binary, no
-# OLD_REV build needed.
+# A knob of one build (no OLD_REV build needed): knobs.sh.
 . "$(dirname "$0")/common.sh"
 reps=$1
 shift
 for p in "$@"; do
     for _ in $(seq "$reps"); do
         for b in turbospark_old turbospark; do
-            run=(".device/$b")
-            [ -n "${OLD_ENV:-}" ] && [ "$b" = turbospark_old ] && run=(env "$OLD_ENV" .device/turbospark)
             # shellcheck disable=SC2086 # the preset carries its flags
-            line=$(timeout 200 "${run[@]}" bench --device cuda --json --synthetic $p \
+            line=$(timeout 200 ".device/$b" bench --device cuda --json --synthetic $p \
                 --prompt-len "${PROMPT_LEN:-2048}" --gen-len "${GEN_LEN:-128}" 2>/dev/null | tail -1)
             bench_line "$b" "$p" "$line"
         done

@@ -3,7 +3,7 @@
 # one build's decode and prefill under each setting of a knob, alternated
 # in separate processes, REPS rounds, for each preset given, e.g.
 #   .device/knobs.sh 2 "TURBOSPARK_CUDA_ROUTE_TICKET=0 TURBOSPARK_CUDA_ROUTE_TICKET=1" gpt-oss-20b
-# (ab.sh's OLD_ENV is the two-setting case of this). One line a run, as it
+# (ab.sh compares two builds instead). One line a run, as it
 # ends, to $OUT/knobs.txt (default ./gpu-results); PROMPT_LEN and GEN_LEN
 # (default 2048 and 128) set the bench's lengths.
 . "$(dirname "$0")/common.sh"

@@ -107,9 +107,9 @@ __device__ __forceinline__ float e8m0(u32 s) {
 // thread also notes when it reached the wait and when the wait returned.
 #ifdef TS_TRACE
 // The timeline buffer (the host sets it in every module): [0] entries
-// taken, [1] capacity, then a ring of that many entries of 4 words: the launch's %gridid, the
-// two %globaltimer readings (ns), and smid << 48 | blockDim.x << 32 | the
-// block's index.
+// taken, [1] capacity, then a ring of that many entries of 4 words: the
+// launch's %gridid, the two %globaltimer readings (ns), and smid << 48 |
+// blockDim.x << 32 | the block's index.
 __device__ u64* ts_trace;
 
 __device__ __forceinline__ u64 ts_clock() {
