@@ -366,7 +366,10 @@ pub trait Backend: Send + Sync {
     fn argmax_into_batch(&self, logits: &Self::Tensor, b: &mut Self::Batch);
     /// Queues a copy of `b`'s tokens to the host, behind the work queued so
     /// far; [`Backend::take_tokens`] returns the copies in the order they
-    /// were queued.
+    /// were queued. A backend may bound how many choices
+    /// ([`Backend::argmax_into_batch`], a recorded one at each replay) can
+    /// be queued behind a copy before it is taken, and panic past it (the
+    /// CUDA backend: 7); the greedy loop queues one.
     fn queue_tokens(&self, b: &mut Self::Batch);
     /// The oldest copy [`Backend::queue_tokens`] queued, once it is done.
     /// Panics if none is queued.

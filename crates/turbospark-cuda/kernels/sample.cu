@@ -49,10 +49,15 @@ extern "C" __global__ void argmax_rows(unsigned long long* best, const float* x,
 // found by a ticket (`done`), as in a threadfence reduction: each warp's
 // atomicMax is fenced before its block takes a ticket, so the block with
 // the last ticket sees every block's key. That block leaves best and done
-// at 0 again: a recorded step replays this with no memset. Grid (rows,
-// blocks per row); best and done are 0 before the first launch.
+// at 0 again: a recorded step replays this with no memset. It also
+// writes the token, with the row's new position p, to the host's ring
+// (page-locked memory mapped into the device; src/batch.rs), slot
+// (p mod ring_len) · rows + r: the host reads it after an event behind
+// this launch, with no copy between two replays. Grid (rows, blocks per
+// row); best and done are 0 before the first launch.
 extern "C" __global__ void argmax_feed(unsigned long long* best, u32* done, const float* x,
-                                       u32 cols, u32* tokens, u32* positions) {
+                                       u32 cols, u32* tokens, u32* positions,
+                                       unsigned long long* ring, u32 ring_len) {
     pdl_enter();
     const u32 r = blockIdx.x;
     const unsigned long long key = warp_row_key(x + (u64)r * cols, cols);
@@ -65,8 +70,12 @@ extern "C" __global__ void argmax_feed(unsigned long long* best, u32* done, cons
     __threadfence();
     const unsigned long long k = atomicExch(best + r, 0ull);
     // Key 0: no number in the row, id 0 (the host argmax's rule).
-    tokens[r] = k == 0 ? 0u : 0xffffffffu - (u32)k;
-    positions[r] += 1;
+    const u32 token = k == 0 ? 0u : 0xffffffffu - (u32)k;
+    const u32 pos = positions[r] + 1;
+    tokens[r] = token;
+    positions[r] = pos;
+    // One 8-byte store: the host never sees a token without its position.
+    ring[(u64)(pos % ring_len) * gridDim.x + r] = ((unsigned long long)pos << 32) | token;
     done[r] = 0;
 }
 

@@ -1,20 +1,27 @@
 //! The batch of one forward call on the GPU: its token ids and positions
 //! (device copies the kernels read, host copies for shape checks and launch
 //! geometry), the uploads that overwrite them in place for a recorded step,
-//! and the page-locked copies of its tokens that greedy decoding reads
-//! back behind the next step (`Session::decode_greedy`). The kernel that
-//! chooses tokens into a batch is `crate::sample`'s; this module launches
-//! nothing.
+//! and the host-visible ring the tokens chosen on the device land in, which
+//! greedy decoding reads back behind the next step (`Session::decode_greedy`).
+//! The kernel that chooses tokens into a batch is `crate::sample`'s; this
+//! module launches nothing.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{CudaEvent, CudaSlice, DriverError, PinnedHostSlice, sys};
 
 use crate::{Cuda, DeviceBuf};
 
+/// Slots a row has in the ring of chosen tokens: a read queued by
+/// `queue_tokens` may be taken while up to this many more choices (less
+/// one) are queued behind it (`Session::decode_greedy` queues one).
+pub(crate) const TOKEN_RING: usize = 8;
+
 /// The token ids and positions of one forward call (`argmax_into_batch`
 /// moves `host_positions` on with the device's; the tokens it chooses are
-/// on the device only).
+/// on the device, and in `ring` for the host).
 pub struct CudaBatch {
     pub tokens: CudaSlice<u32>,
     pub positions: CudaSlice<u32>,
@@ -22,18 +29,22 @@ pub struct CudaBatch {
     pub host_positions: Vec<u32>,
     /// `argmax_feed`'s keys and tickets, a row each (0 between launches).
     pub(crate) argmax: (DeviceBuf<u64>, DeviceBuf<u32>),
-    /// Copies of `tokens` queued for the host (`queue_tokens`), oldest
-    /// first, each with the event recorded behind it, and page-locked
-    /// buffers and events for the next ones.
-    reads: VecDeque<TokenRead>,
-    spare: Vec<TokenRead>,
+    /// Token choices queued into this batch so far (`argmax_into_batch`,
+    /// directly or in the replays of a recording: `Recording::steps`).
+    pub(crate) steps: Arc<AtomicU64>,
+    /// The positions the last `set_batch` (or `new`) gave, and `steps` then.
+    set_positions: Vec<u32>,
+    set_steps: u64,
+    /// Where the device writes the tokens it chooses for the host
+    /// ([`TokenRing`]). Made with the batch: a decode step's batch is made
+    /// before its recording starts, and host memory may not be allocated
+    /// while one is under way.
+    ring: TokenRing,
+    /// Reads queued by `queue_tokens`, oldest first: the event behind the
+    /// work queued then, and `steps` then. Spare events for the next ones.
+    reads: VecDeque<(CudaEvent, u64)>,
+    spare: Vec<CudaEvent>,
 }
-
-/// A page-locked copy of a batch's tokens and the event that says it has
-/// landed. The event is ours: with the context's event tracking off
-/// (`Cuda::new`), cudarc records none for the page-locked buffer, so its
-/// own `as_slice` would not wait for the copy.
-struct TokenRead(PinnedHostSlice<u32>, CudaEvent);
 
 impl CudaBatch {
     pub(crate) fn new(be: &Cuda, tokens: &[u32], positions: &[u32]) -> Self {
@@ -48,6 +59,10 @@ impl CudaBatch {
             host_tokens: tokens.to_vec(),
             host_positions: positions.to_vec(),
             argmax: (be.zeros(tokens.len()), be.zeros(tokens.len())),
+            steps: Arc::new(AtomicU64::new(0)),
+            set_positions: positions.to_vec(),
+            set_steps: 0,
+            ring: TokenRing::new(be, tokens.len()),
             reads: VecDeque::new(),
             spare: Vec::new(),
         }
@@ -55,6 +70,12 @@ impl CudaBatch {
 
     pub fn rows(&self) -> usize {
         self.host_tokens.len()
+    }
+
+    /// The device address of this batch's [`TokenRing`] (`argmax_into_batch`'s
+    /// kernel writes it).
+    pub(crate) fn ring_dev(&self) -> u64 {
+        self.ring.dev
     }
 
     /// `Backend::set_batch`: the rows overwritten in the same storage, the
@@ -67,8 +88,9 @@ impl CudaBatch {
             tokens.len(),
             positions.len()
         );
-        let dropped = self.reads.drain(..).collect::<Vec<_>>();
+        let dropped = self.reads.drain(..).map(|(e, _)| e).collect::<Vec<_>>();
         self.spare.extend(dropped);
+        self.set_steps = self.steps.load(Ordering::Relaxed);
         if tokens.is_empty() {
             return;
         }
@@ -81,43 +103,98 @@ impl CudaBatch {
         copy(positions, &mut self.positions);
         self.host_tokens.copy_from_slice(tokens);
         self.host_positions.copy_from_slice(positions);
+        self.set_positions.copy_from_slice(positions);
     }
 
-    /// `Backend::queue_tokens`: a copy of the tokens into page-locked
-    /// memory behind the work queued so far, and an event behind it.
+    /// `Backend::queue_tokens`: an event behind the work queued so far,
+    /// with the count of choices that work makes. No copy: the choices
+    /// write the ring themselves.
     pub(crate) fn queue_tokens(&mut self, be: &Cuda) {
-        let fail = |e: DriverError| -> ! { panic!("CUDA: queueing a copy of the tokens: {e}") };
-        let mut read = match self.spare.pop() {
-            Some(r) => r,
-            None => TokenRead(
-                // SAFETY: the copy below fills it before `take_tokens` reads
-                // it. Plain page-locked memory (not write-combined, which is
-                // slow to read): the host reads it.
-                unsafe { be.ctx.alloc_pinned_with_flags::<u32>(self.rows().max(1), 0) }
-                    .unwrap_or_else(|e| fail(e)),
-                be.ctx
-                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                    .unwrap_or_else(|e| fail(e)),
-            ),
+        let fail = |e: DriverError| -> ! { panic!("CUDA: queueing a read of the tokens: {e}") };
+        let event = match self.spare.pop() {
+            Some(e) => e,
+            None => be
+                .ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .unwrap_or_else(|e| fail(e)),
         };
-        be.stream
-            .memcpy_dtoh(&self.tokens, &mut read.0)
-            .unwrap_or_else(|e| fail(e));
-        read.1.record(&be.stream).unwrap_or_else(|e| fail(e));
-        self.reads.push_back(read);
+        event.record(&be.stream).unwrap_or_else(|e| fail(e));
+        self.reads
+            .push_back((event, self.steps.load(Ordering::Relaxed)));
     }
 
-    /// `Backend::take_tokens`: the oldest queued copy, once its event has
-    /// passed.
+    /// `Backend::take_tokens`: the tokens as the oldest queued read found
+    /// them, once its event has passed: those `set_batch` gave where no
+    /// choice came between, else the last choice's, from the ring.
     pub(crate) fn take_tokens(&mut self) -> Vec<u32> {
-        let read = self
+        let (event, steps) = self
             .reads
             .pop_front()
-            .expect("take_tokens: no copy of the tokens was queued");
+            .expect("take_tokens: no read of the tokens was queued");
         let fail = |e: DriverError| -> ! { panic!("CUDA: reading the tokens back: {e}") };
-        read.1.synchronize().unwrap_or_else(|e| fail(e));
-        let tokens = read.0.as_slice().unwrap_or_else(|e| fail(e))[..self.rows()].to_vec();
-        self.spare.push(read);
-        tokens
+        event.synchronize().unwrap_or_else(|e| fail(e));
+        self.spare.push(event);
+        let n = steps - self.set_steps;
+        if n == 0 {
+            return self.host_tokens.clone();
+        }
+        let rows = self.rows();
+        let ring = self.ring.host.as_ptr().unwrap_or_else(|e| fail(e));
+        (0..rows)
+            .map(|r| {
+                let pos = self.set_positions[r].wrapping_add(n as u32);
+                let slot = (pos as usize % TOKEN_RING) * rows + r;
+                // SAFETY: `slot` < TOKEN_RING · rows, the ring's length. The
+                // device may be writing later slots meanwhile (mapped
+                // memory): a volatile read of one aligned u64, which the
+                // device writes in one store.
+                let entry = unsafe { ring.add(slot).read_volatile() };
+                assert!(
+                    entry >> 32 == u64::from(pos),
+                    "take_tokens: the token chosen for position {pos} was overwritten before \
+                     it was read: at most {} choices may be queued behind a read",
+                    TOKEN_RING - 1
+                );
+                entry as u32
+            })
+            .collect()
+    }
+}
+
+/// Page-locked host memory mapped into the device, `TOKEN_RING` slots a
+/// row: the choice that moves row r to position p writes `p << 32 | token`
+/// to slot `(p mod TOKEN_RING) · rows + r` (kernels/sample.cu's
+/// argmax_feed), so a host a few steps behind finds the token it asked
+/// for and can tell it was not overwritten. Only the device writes it once
+/// made; a memcpy between two replays instead cost ~9 µs a step
+/// (BENCHMARKS.md).
+struct TokenRing {
+    host: PinnedHostSlice<u64>,
+    dev: u64,
+}
+
+impl TokenRing {
+    fn new(be: &Cuda, rows: usize) -> Self {
+        let fail = |e: DriverError| -> ! { panic!("CUDA: a batch's ring of tokens: {e}") };
+        // Plain page-locked memory (not write-combined, which is slow to
+        // read: the host reads it), mapped for the device to write.
+        // SAFETY: filled with zeros below before the device or host uses it.
+        let mut host = unsafe {
+            be.ctx.alloc_pinned_with_flags::<u64>(
+                (TOKEN_RING * rows).max(1),
+                sys::CU_MEMHOSTALLOC_DEVICEMAP,
+            )
+        }
+        .unwrap_or_else(|e| fail(e));
+        let slots = host.as_mut_slice().unwrap_or_else(|e| fail(e));
+        // No choice moves a row to position 0: zeros are empty slots.
+        slots.fill(0);
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: `slots` is a live allocation of this context made with
+        // DEVICEMAP; the call writes one device address.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, slots.as_mut_ptr().cast(), 0) }
+            .result()
+            .unwrap_or_else(|e| fail(e));
+        TokenRing { host, dev }
     }
 }

@@ -43,7 +43,7 @@ pub use batch::CudaBatch;
 use memory::{Purpose, unwind_on_error};
 pub use recording::{GraphNodes, Recording};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
@@ -125,6 +125,9 @@ pub struct Cuda {
     /// The buffers of the graph being recorded (`crate::arena`): `Some`
     /// between `begin_graph` and `end_graph`.
     arena: Mutex<Option<Arena>>,
+    /// The step counts of the batches the graph being recorded chooses
+    /// tokens into (`Recording::steps`).
+    recorded_steps: Mutex<Vec<Arc<AtomicU64>>>,
     precision: Precision,
     /// cuBLAS handles must not be used from two threads at once.
     blas: Mutex<CudaBlas>,
@@ -277,6 +280,7 @@ impl Cuda {
             stream,
             recording: AtomicBool::new(false),
             arena: Mutex::new(None),
+            recorded_steps: Mutex::new(Vec::new()),
             precision: Precision::default(),
             blas: Mutex::new(blas),
             k,
@@ -349,6 +353,19 @@ impl Cuda {
     /// Whether a graph is being recorded (see `Backend::begin_graph`).
     pub(crate) fn recording(&self) -> bool {
         self.recording.load(Ordering::Relaxed)
+    }
+
+    /// Counts a token choice queued into a batch with step count `steps`:
+    /// now, or at each replay of the graph being recorded.
+    pub(crate) fn count_step(&self, steps: &Arc<AtomicU64>) {
+        if self.recording() {
+            self.recorded_steps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(steps.clone());
+        } else {
+            steps.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
@@ -625,6 +642,10 @@ impl Backend for Cuda {
         }
         *self.arena.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(Arena::new(self.stream.clone()));
+        self.recorded_steps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.recording.store(true, Ordering::Relaxed);
         true
     }
@@ -632,9 +653,19 @@ impl Backend for Cuda {
     fn end_graph(&self) -> Option<Recording> {
         self.recording.store(false, Ordering::Relaxed);
         let arena = self.arena.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let steps = std::mem::take(
+            &mut *self
+                .recorded_steps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         let flags = sys::CUgraphInstantiate_flags(0);
         match (self.stream.end_capture(flags), arena) {
-            (Ok(Some(graph)), Some(arena)) => Some(Recording { graph, arena }),
+            (Ok(Some(graph)), Some(arena)) => Some(Recording {
+                graph,
+                arena,
+                steps,
+            }),
             _ => None,
         }
     }
@@ -644,6 +675,7 @@ impl Backend for Cuda {
         // grow took pool memory, which the driver allocates at launch.
         let what = || "the buffers of a recorded decode step".to_string();
         unwind_on_error(self.try_alloc(0, &Purpose::forward(&what), || g.graph.launch()));
+        g.count_replay();
     }
 
     fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) {

@@ -1,7 +1,11 @@
 //! A recorded decode step: the instantiated CUDA graph, the arena its
-//! buffers live in ([`crate::arena`]), and a census of its nodes and edges
+//! buffers live in ([`crate::arena`]), the host's counts of the tokens it
+//! chooses into batches (moved on at each replay), and a census of its nodes and edges
 //! for tests and measurements (a step that is fast has kernel nodes only,
 //! joined by programmatic edges). This module must not launch kernels.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{CudaGraph, DriverError, sys};
 
@@ -13,6 +17,20 @@ pub struct Recording {
     // arena whose chunks its kernels use.
     pub(crate) graph: CudaGraph,
     pub(crate) arena: Arena,
+    /// The `CudaBatch::steps` of each token choice recorded into a batch
+    /// (`argmax_into_batch`): a replay runs them again, which the host
+    /// would not otherwise see.
+    pub(crate) steps: Vec<Arc<AtomicU64>>,
+}
+
+impl Recording {
+    /// Notes on the host that a replay was queued: each batch it chooses
+    /// tokens into is one choice further on.
+    pub(crate) fn count_replay(&self) {
+        for s in &self.steps {
+            s.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 // SAFETY: a graph may be used from any one thread at a time; `Recording`

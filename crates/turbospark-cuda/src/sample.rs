@@ -10,6 +10,7 @@ use cudarc::driver::CudaSlice;
 use turbospark_backend::ScoreStats;
 use turbospark_backend::scores::{self, Keep};
 
+use crate::batch::TOKEN_RING;
 use crate::kernels::{Arg, KeepArg};
 use crate::{Cuda, CudaBatch, CudaTensor, DeviceBuf};
 
@@ -50,6 +51,7 @@ pub fn argmax_into_batch(be: &Cuda, logits: &CudaTensor, b: &mut CudaBatch) {
     if logits.rows == 0 {
         return;
     }
+    let ring = b.ring_dev();
     be.launch(
         &be.k.argmax_feed,
         (logits.rows as u32, blocks_per_row(logits.cols), 1),
@@ -61,8 +63,11 @@ pub fn argmax_into_batch(be: &Cuda, logits: &CudaTensor, b: &mut CudaBatch) {
             Arg::U32(logits.cols as u32),
             Arg::Ptr(be.ptr(&b.tokens)),
             Arg::Ptr(be.ptr(&b.positions)),
+            Arg::Ptr(ring),
+            Arg::U32(TOKEN_RING as u32),
         ],
     );
+    be.count_step(&b.steps);
 }
 
 /// Blocks of `argmax_rows` / `argmax_feed` a row of `cols` takes: about 8

@@ -164,8 +164,8 @@ fn recorded_decode_equals_eager_decode() {
     for dir in all_fixtures() {
         let (name, r, model) = load_fixture(&be, &dir);
         let ctx = r.tokens.len() + 16;
-        let mut recorded = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
-        let mut eager = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
+        let mut recorded = Session::new(&*be, model.as_ref(), ctx, 512).unwrap();
+        let mut eager = Session::new(&*be, model.as_ref(), ctx, 512).unwrap();
         eager.set_eager(true);
         let mut a = recorded.feed(&r.tokens, false).unwrap();
         let mut b = eager.feed(&r.tokens, false).unwrap();
@@ -224,7 +224,7 @@ fn greedy_decode_ahead_chooses_what_feed_argmax_does() {
     for dir in all_fixtures() {
         let (name, r, model) = load_fixture(&be, &dir);
         let ctx = r.tokens.len() + 32;
-        let session = || Session::new(&be, model.as_ref(), ctx, 512).unwrap();
+        let session = || Session::new(&*be, model.as_ref(), ctx, 512).unwrap();
         let mut by_step = session();
         let first = by_step.feed_argmax(&r.tokens).unwrap();
         let want = greedy_by_steps(&mut by_step, first, 12);
@@ -279,7 +279,7 @@ fn recorded_steps_hold_kernel_nodes_only() {
     let mut wrong = Vec::new();
     for dir in all_fixtures() {
         let (name, r, model) = load_fixture(&be, &dir);
-        let mut session = Session::new(&be, model.as_ref(), r.tokens.len() + 8, 512).unwrap();
+        let mut session = Session::new(&*be, model.as_ref(), r.tokens.len() + 8, 512).unwrap();
         let first = session.feed_argmax(&r.tokens).unwrap();
         let (_, end) = greedy_ahead(&mut session, first, 2);
         assert_eq!(end, GreedyEnd::Steps, "{name}");

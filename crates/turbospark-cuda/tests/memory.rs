@@ -90,7 +90,7 @@ fn a_model_that_does_not_fit_is_an_error_naming_a_tensor() {
     let dir = &all_fixtures()[0];
     let spec = read_spec(dir).unwrap();
     let held = fill(&be);
-    let err = load_model_with(&be, dir, spec, LoadOptions::default(), &|_, _| {})
+    let err = load_model_with(&*be, dir, spec, LoadOptions::default(), &|_, _| {})
         .err()
         .expect("a model loaded on a full GPU");
     let msg = err.to_string();
@@ -100,7 +100,7 @@ fn a_model_that_does_not_fit_is_an_error_naming_a_tensor() {
     );
     // Freed, the same model loads and still matches transformers.
     drop(held);
-    let c = compare_fixture(&be, dir, 512);
+    let c = compare_fixture(&*be, dir, 512);
     assert!(
         c.worst_rel_err <= F32_WORST,
         "{}: max|Δ|/std {} after an out-of-memory load",
@@ -115,10 +115,10 @@ fn a_forward_call_out_of_memory_unwinds_with_the_error() {
     be.set_precision(Precision::F32);
     let dir = &all_fixtures()[0];
     let spec = read_spec(dir).unwrap();
-    let model = load_model_with(&be, dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
+    let model = load_model_with(&*be, dir, spec, LoadOptions::default(), &|_, _| {}).unwrap();
     let r = reference(dir);
     let ctx = r.tokens.len() + 1;
-    let mut session = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
+    let mut session = Session::new(&*be, model.as_ref(), ctx, 512).unwrap();
     let held = fill(&be);
     let prefill = std::panic::AssertUnwindSafe(|| session.feed(&r.tokens, true));
     let payload = std::panic::catch_unwind(prefill).expect_err("a prefill ran on a full GPU");
@@ -133,7 +133,7 @@ fn a_forward_call_out_of_memory_unwinds_with_the_error() {
     );
     // Freed, a new session of the same model matches transformers.
     drop((session, held));
-    let mut session = Session::new(&be, model.as_ref(), ctx, 512).unwrap();
+    let mut session = Session::new(&*be, model.as_ref(), ctx, 512).unwrap();
     let logits = session.feed(&r.tokens, true).unwrap();
     let ours = Run {
         logits,

@@ -66,6 +66,59 @@ fn argmax_into_batch_is_the_host_argmax_launch_after_launch() {
     }
 }
 
+/// A read queued by `queue_tokens` finds the tokens as they were when it
+/// was queued, however many choices were queued behind it before it is
+/// taken (up to the ring's 7): the tokens `set_batch` gave when no choice
+/// came between, then each of three choices, all taken at the end (the
+/// device writes them into a ring of slots by position, which the host
+/// reads). A read left behind 8 choices that have run says its token was
+/// overwritten rather than return another step's.
+#[test]
+fn queued_reads_find_the_tokens_of_their_step() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(41);
+    let cols = 5_000;
+    let logits = |rng: &mut Rng| {
+        let rows: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(cols, 4.0)).collect();
+        let want: Vec<u32> = rows.iter().map(|r| turbospark_backend::argmax(r)).collect();
+        (g.upload_tensor(&rows.concat(), 2, cols), want)
+    };
+    let mut b = g.batch(&[5, 6], &[10, 20]);
+    g.queue_tokens(&mut b);
+    let mut want = vec![vec![5, 6]];
+    for _ in 0..3 {
+        let (t, w) = logits(&mut rng);
+        g.argmax_into_batch(&t, &mut b);
+        g.queue_tokens(&mut b);
+        want.push(w);
+    }
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&g.take_tokens(&mut b), w, "read {i}");
+    }
+    assert_eq!(b.host_positions, [13, 23]);
+
+    // Set again: the ring's old slots (positions 11-13, 21-23) are stale.
+    g.set_batch(&mut b, &[1, 2], &[30, 40]);
+    let (t, w) = logits(&mut rng);
+    g.argmax_into_batch(&t, &mut b);
+    g.queue_tokens(&mut b);
+    for _ in 0..7 {
+        g.argmax_into_batch(&t, &mut b);
+    }
+    assert_eq!(g.take_tokens(&mut b), w, "a read with 7 choices behind it");
+    g.queue_tokens(&mut b);
+    for _ in 0..8 {
+        g.argmax_into_batch(&t, &mut b);
+    }
+    // The read's event passes before the 8 choices run: a read back waits
+    // for them, so the 8th has overwritten the slot when it is taken.
+    g.argmax(&t);
+    let lost = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.take_tokens(&mut b)))
+        .expect_err("a read with 8 choices behind it");
+    let msg = lost.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("position 38 was overwritten"), "{msg}");
+}
+
 /// The sampling summaries of the device are the host's
 /// (`turbospark_backend::scores`) on rows of gpt-oss's vocabulary (peaked,
 /// with NaN and −inf holes, with a +inf, all −inf): candidate counts, maxima
@@ -245,7 +298,7 @@ fn sampling_summaries_equal_the_hosts() {
             let (mut on_device, mut on_host) =
                 (Sampler::new(cfg.clone()), Sampler::new(cfg.clone()));
             let row = BackendRow {
-                be: &g,
+                be: &*g,
                 logits: &t,
                 row: r,
             };

@@ -8,22 +8,51 @@ mod tolerances;
 #[allow(unused_imports)]
 pub use tolerances::*;
 
+use std::sync::{Mutex, MutexGuard};
+
 use turbospark_backend::{Backend, Quant};
 use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
 use turbospark_cuda::{Cuda, CudaError, CudaTensor, CudaWeight};
 use turbospark_format::{DType, HostTensor};
 
-/// The first GPU, or `None` (the test is skipped, saying so) where there
-/// is none: no driver library or no device. A device that is there but
-/// fails to start is a failure, not a skip.
-pub fn gpu() -> Option<Cuda> {
+/// The first GPU, held by one test at a time (see [`Gpu`]), or `None`
+/// (the test is skipped, saying so) where there is none: no driver library
+/// or no device. A device that is there but fails to start is a failure,
+/// not a skip.
+pub fn gpu() -> Option<Gpu> {
+    static TURN: Mutex<()> = Mutex::new(());
+    // A test that failed while holding the GPU leaves nothing to undo.
+    let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     match Cuda::new() {
-        Ok(c) => Some(c),
+        Ok(cuda) => Some(Gpu { cuda, _turn: turn }),
         Err(e) if absent(&e) => {
             println!("skipped: no CUDA device ({e})");
             None
         }
         Err(e) => panic!("the CUDA device did not start: {e}"),
+    }
+}
+
+/// A test's GPU. The test harness runs tests on parallel threads, but
+/// the GPU tests of a binary take turns: tests that fill the GPU's memory
+/// (memory.rs) failed beside each other, and a recorded replay failed
+/// with a launch error 2 times in 16 beside other tests (BENCHMARKS.md,
+/// twenty-seventh session). The backend drops before the turn passes.
+pub struct Gpu {
+    cuda: Cuda,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Gpu {
+    type Target = Cuda;
+    fn deref(&self) -> &Cuda {
+        &self.cuda
+    }
+}
+
+impl std::ops::DerefMut for Gpu {
+    fn deref_mut(&mut self) -> &mut Cuda {
+        &mut self.cuda
     }
 }
 
