@@ -12,7 +12,7 @@
 D=.device
 for t in parity parity_kv parity_linear parity_moe sampling flash_attention fixtures_on_gpu memory; do
     echo "=== $t"
-    timeout 300 "$D/$t" --test-threads=1 2>&1 | grep -v "^$" | tail -40
+    timeout 300 "$D/$t" 2>&1 | grep -v "^$" | tail -40
 done > "$OUT/tests.txt" 2>&1
 grep -E "test result|FAILED|panicked" "$OUT/tests.txt"
 
