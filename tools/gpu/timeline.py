@@ -22,11 +22,18 @@ mean over the replays, µs):
 - ready: the share of its blocks already waiting at its release (the
   others reached the wait later: their work before it, copies issued
   early for one, was not hidden).
-Then the spans summed by kernel name over a step. The %globaltimer tick
+Then the spans summed by kernel name over a step, and for the launches
+whose kernels mark phases (`TS_PHASE(k)` in kernels/common.cuh: a block's
+first thread passing a point inside the kernel), when their blocks got
+there: per phase, in µs after each block's own wait returned, the median
+over blocks of its first and its last pass (a phase inside a loop is
+passed once a turn) and the latest last pass, means over the replays.
+The %globaltimer tick
 is printed with the table (32 ns on the H200): where it is coarser than a
 span, only the means over many replays mean anything.
 """
 import argparse
+import bisect
 import collections
 import math
 import statistics
@@ -36,10 +43,13 @@ import sys
 def load(path, gap_ns):
     """The launches noted, and the launches' block groups in time order:
     [blocks, first reached, first returned, last returned, threads, blocks
-    waiting at the first return]. A
-    graph's kernel node keeps its %gridid in every replay, so one id's
-    entries are cut into launches where their returns are `gap_ns` apart."""
+    waiting at the first return, phases]. A graph's kernel node keeps its
+    %gridid in every replay, so one id's entries are cut into launches
+    where their returns are `gap_ns` apart. `phases` maps a phase number to
+    its passes, (block, ns after that block's wait returned), in time
+    order."""
     launches, by_grid = [], collections.defaultdict(list)
+    marks = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
             p = line.split()
@@ -49,22 +59,56 @@ def load(path, gap_ns):
                 name, gx, gy, gz, block, _shared, rec = p[1:8]
                 launches.append((name, int(gx) * int(gy) * int(gz), int(block), rec == "1"))
             elif p[0] == "E":
-                grid, reached, returned, _sm, threads, _b = map(int, p[1:7])
-                by_grid[grid].append((returned, reached, threads))
+                grid, reached, returned, _sm, threads, b = map(int, p[1:7])
+                by_grid[grid].append((returned, reached, threads, b))
+            elif p[0] == "P":
+                grid, at, phase, _sm, _threads, b = map(int, p[1:7])
+                marks[grid].append((at, phase, b))
     groups = []
-    for entries in by_grid.values():
+    for grid, entries in by_grid.items():
         entries.sort()
         run = [entries[0]]
         for e in entries[1:]:
             if e[0] - run[-1][0] > gap_ns:
-                groups.append(run)
+                groups.append((grid, run))
                 run = []
             run.append(e)
-        groups.append(run)
+        groups.append((grid, run))
+    for m in marks.values():
+        m.sort()
     # The blocks already waiting when the launch was released.
     ready = lambda r: sum(1 for e in r if e[1] <= r[0][0])
-    groups = [[len(r), min(e[1] for e in r), r[0][0], r[-1][0], r[0][2], ready(r)] for r in groups]
+    groups = [[len(r), min(e[1] for e in r), r[0][0], r[-1][0], r[0][2], ready(r),
+               phases_of(r, marks.get(grid, []), gap_ns)] for grid, r in groups]
     return launches, sorted(groups, key=lambda g: g[2])
+
+
+def phases_of(run, marks, gap_ns):
+    """The phase passes of one launch's blocks (`run`: its wait entries):
+    its node's marks from its first block's arrival to `gap_ns` after its
+    last block's return, each timed from its own block's return."""
+    returned = {e[3]: e[0] for e in run}
+    lo, hi = min(e[1] for e in run), run[-1][0] + gap_ns
+    out = collections.defaultdict(list)
+    for at, phase, b in marks[bisect.bisect_left(marks, (lo,)):bisect.bisect_right(marks, (hi,))]:
+        if b in returned:
+            out[phase].append((b, at - returned[b]))
+    return out
+
+
+def phase_row(phases):
+    """Per phase: (passes a block, median first pass, median last pass,
+    latest last pass), ns after each block's wait returned."""
+    row = {}
+    for k, passes in phases.items():
+        first, last, count = {}, {}, collections.Counter()
+        for b, t in passes:
+            first.setdefault(b, t)
+            last[b] = t
+            count[b] += 1
+        row[k] = (statistics.median(count.values()), statistics.median(first.values()),
+                  statistics.median(last.values()), max(last.values()))
+    return row
 
 
 def step_launches(launches):
@@ -140,6 +184,27 @@ def main():
     total = sum(by_name.values())
     for name, t in sorted(by_name.items(), key=lambda x: -x[1]):
         print(f"  {name:34} {t:9.1f}  {100 * t / total:5.1f}%")
+    print_phases(step, reps)
+
+
+def print_phases(step, reps):
+    """The phase table of the launches that mark phases."""
+    lines = []
+    for j, (name, _blocks, _threads, _) in enumerate(step):
+        rows = [phase_row(rep[j][6]) for rep in reps if rep[j][6]]
+        if not rows:
+            continue
+        for k in sorted({k for r in rows for k in r}):
+            got = [r[k] for r in rows if k in r]
+            n, first, last, latest = (statistics.mean(v[i] for v in got) for i in range(4))
+            lines.append(f"{j:3d} {name:34} {k:5d} {n:6.1f} {first / 1000:7.2f} "
+                         f"{last / 1000:7.2f} {latest / 1000:7.2f}")
+    if lines:
+        print("\nphases, µs after each block's wait returned (median over blocks; latest: "
+              "the largest last pass):")
+        print(f"{'#':>3} {'kernel':34} {'phase':>5} {'passes':>6} {'first':>7} {'last':>7} "
+              f"{'latest':>7}")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -458,6 +458,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             __syncthreads();
         }
     }
+    TS_PHASE(1);  // the query (and a step's key and value) in place
 
     // Per-lane denominator terms (each key's first lane holds its p); the
     // warp sums them once at the end.
@@ -480,6 +481,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             live = STEP && t0 == s0 ? first_live : live_at(t0, nk);
             cp_async_wait_all();
             __syncthreads();
+            TS_PHASE(2);  // a tile landed
         }
         // This tile's staged rows (the split form has one buffer).
         const uint4* kt = ks + (W > 0 ? b : 0u) * T * KS;
@@ -545,6 +547,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         }
         if (W == 0) __syncthreads();  // the next tile overwrites the staged rows
     }
+    TS_PHASE(3);  // the products (warp 0's)
     // No live slot: m = −inf, l = 0, output 0, which the combine skips.
     l = warp_sum(l);
     if constexpr (W > 0) {
@@ -700,6 +703,7 @@ extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
         early[u] = active && s < splits ? combine_row(po, s, head_dim, c, vec)
                                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+    TS_PHASE(1);  // the first rows asked for (warp 0's)
     __shared__ float wgt[ATT_MAX_SPLITS];
     __shared__ float warp_maxes[32];
     __shared__ float4 phase_sum[ATT_COMBINE_THREADS];
@@ -746,6 +750,7 @@ extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     }
     phase_sum[threadIdx.x] = o;
     __syncthreads();
+    TS_PHASE(2);  // every split merged
     if (phase != 0) return;
     for (u32 p = 1; p < phases; p++) {
         const float4 v = phase_sum[p * cols + c];

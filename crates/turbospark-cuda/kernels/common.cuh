@@ -104,12 +104,14 @@ __device__ __forceinline__ float e8m0(u32 s) {
 //
 // Under TS_TRACE (src/trace.rs defines it where TURBOSPARK_CUDA_TRACE asks
 // for a timeline; a measuring build, never the default) each block's first
-// thread also notes when it reached the wait and when the wait returned.
+// thread also notes when it reached the wait and when the wait returned,
+// and, where a kernel says TS_PHASE(k), when it got there.
 #ifdef TS_TRACE
 // The timeline buffer (the host sets it in every module): [0] entries
 // taken, [1] capacity, then a ring of that many entries of 4 words: the
 // launch's %gridid, the two %globaltimer readings (ns), and smid << 48 |
-// blockDim.x << 32 | the block's index.
+// blockDim.x << 32 | the block's index. A phase's entry has the reading
+// and the phase number (below 2^16; a reading never is) in their place.
 __device__ u64* ts_trace;
 
 __device__ __forceinline__ u64 ts_clock() {
@@ -118,9 +120,8 @@ __device__ __forceinline__ u64 ts_clock() {
     return t;
 }
 
-__device__ __forceinline__ void ts_mark(u64 reached) {
+__device__ __forceinline__ void ts_note(u64 first, u64 second) {
     if ((threadIdx.x | threadIdx.y | threadIdx.z) != 0 || ts_trace == nullptr) return;
-    const u64 returned = ts_clock();
     // A ring: the newest entries win (a step's replays come last).
     const u64 i = atomicAdd(ts_trace, 1ull) % ts_trace[1];
     u64 grid;
@@ -129,11 +130,21 @@ __device__ __forceinline__ void ts_mark(u64 reached) {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     u64* e = ts_trace + 2 + 4 * i;
     e[0] = grid;
-    e[1] = reached;
-    e[2] = returned;
+    e[1] = first;
+    e[2] = second;
     e[3] = (u64)sm << 48 | (u64)blockDim.x << 32 |
            (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
 }
+
+__device__ __forceinline__ void ts_mark(u64 reached) { ts_note(reached, ts_clock()); }
+
+// A point inside a kernel (phase k, 1 .. 65535) as the block's first thread
+// passes it: where a launch's time goes after its wait (timeline.py's
+// phases). Only the first thread notes, so a phase after a barrier is the
+// block's, one before it warp 0's.
+#define TS_PHASE(k) ts_note(ts_clock(), (u64)(k))
+#else
+#define TS_PHASE(k) ((void)0)
 #endif
 
 __device__ __forceinline__ void pdl_enter() {

@@ -324,6 +324,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     if (sg.norm) norm_part(ss, parts);
     __syncthreads();  // the codes (and the norm's parts) complete
     const float r = sg.norm ? norm_factor(sg, parts, blockDim.x >> 5, k, xr) : 1.0f;
+    TS_PHASE(1);  // x rounded (and normed)
     // Persistent: this block takes blocks of work blockIdx.y, + gridDim.y,
     // ... of the job, reusing the rounded x (the same count for every warp
     // of the block, so the exchange in grouped_store stays in step).
@@ -388,8 +389,10 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
                 }
             }
         }
+        TS_PHASE(2);  // this turn's products (warp 0's), before the exchange
         grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, add, add ? &held : nullptr);
         team_sync(wpr);  // the next turn rewrites the team's exchanges
+        TS_PHASE(3);  // this turn stored
     }
 }
 

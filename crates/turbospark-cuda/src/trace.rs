@@ -6,7 +6,8 @@
 //! a recorded step. With the variable set, the kernels are compiled with
 //! `TS_TRACE` (kernels/common.cuh): every block's first thread notes in one
 //! device buffer when it reached its PDL wait and when the wait returned
-//! (`%globaltimer`), with its launch's `%gridid`. The host notes each
+//! (`%globaltimer`), with its launch's `%gridid`, and when it passed each
+//! point a kernel marks with `TS_PHASE(k)`. The host notes each
 //! launch's kernel name and geometry in issue order. When the backend is
 //! dropped both go to FILE, which `tools/gpu/timeline.py` turns into what
 //! each launch of a replayed step costs in place.
@@ -23,6 +24,10 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DriverError};
 /// Entries the buffer holds (4 words each: 64 MiB), a ring: past it the
 /// newest overwrite the oldest.
 const CAPACITY: usize = 1 << 21;
+
+/// Phase numbers (`TS_PHASE`) are below this; `%globaltimer` readings
+/// never are.
+const PHASES: u64 = 1 << 16;
 
 /// The file `TURBOSPARK_CUDA_TRACE` names, if any.
 fn path() -> Option<PathBuf> {
@@ -93,7 +98,9 @@ impl Trace {
 
     /// Writes the launches and the entries noted so far to the file, as
     /// text: `L name gx gy gz block shared recording` lines, then `E gridid
-    /// reached returned smid block_threads block` lines. A failure is reported on stderr:
+    /// reached returned smid block_threads block` lines (a block's wait) and
+    /// `P gridid time phase smid block_threads block` lines (a block passing
+    /// `TS_PHASE(phase)`), oldest first. A failure is reported on stderr:
     /// a measuring tool must not stop the run it measures.
     pub(crate) fn write(&self, stream: &Arc<CudaStream>) {
         if let Err(e) = self.try_write(stream) {
@@ -125,9 +132,11 @@ impl Trace {
             writeln!(out, "{l}")?;
         }
         for e in entries.chunks_exact(4) {
+            // A phase's entry has its number where a wait's has a reading.
+            let kind = if e[2] < PHASES { "P" } else { "E" };
             writeln!(
                 out,
-                "E {} {} {} {} {} {}",
+                "{kind} {} {} {} {} {} {}",
                 e[0],
                 e[1],
                 e[2],
