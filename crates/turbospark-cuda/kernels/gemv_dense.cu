@@ -288,6 +288,7 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
         __syncthreads();  // xs and the parts complete
         r = norm_factor(sg, parts, blockDim.x >> 5, k, xb);
         xb = xs;
+        TS_PHASE(1);  // x normed into shared memory
     }
     u32 rows = 0;
 #pragma unroll
@@ -300,6 +301,7 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
         const GemvRow g = gemv_row(sg, wpr, vb);
         gemv_dense_rows<NX, DT>(sg, g, xb, e, nx, k, wpr, bias_dt, job, r, sg.accumulate != 0);
         if (wpr > 1 || sg.glu) __syncthreads();  // the next turn rewrites gemv_store's exchange
+        TS_PHASE(3);  // this turn stored (warp 0's)
     }
 }
 
