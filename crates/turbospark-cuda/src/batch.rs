@@ -36,10 +36,13 @@ pub struct CudaBatch {
     set_positions: Vec<u32>,
     set_steps: u64,
     /// Where the device writes the tokens it chooses for the host
-    /// ([`TokenRing`]). Made with the batch: a decode step's batch is made
-    /// before its recording starts, and host memory may not be allocated
-    /// while one is under way.
-    ring: TokenRing,
+    /// ([`TokenRing`]). A one-row batch (a decode step's) gets it when it
+    /// is made: its first choice may be recorded, and a build that made the
+    /// ring at the first choice failed inside the recording (allocating
+    /// host memory during stream capture). Other batches, a prompt's, get
+    /// it at their first choice, if any: a page-locked allocation for each
+    /// prefill chunk would be wasted.
+    ring: Option<TokenRing>,
     /// Reads queued by `queue_tokens`, oldest first: the event behind the
     /// work queued then, and `steps` then. Spare events for the next ones.
     reads: VecDeque<(CudaEvent, u64)>,
@@ -62,7 +65,7 @@ impl CudaBatch {
             steps: Arc::new(AtomicU64::new(0)),
             set_positions: positions.to_vec(),
             set_steps: 0,
-            ring: TokenRing::new(be, tokens.len()),
+            ring: (tokens.len() == 1).then(|| TokenRing::new(be, 1)),
             reads: VecDeque::new(),
             spare: Vec::new(),
         }
@@ -73,9 +76,12 @@ impl CudaBatch {
     }
 
     /// The device address of this batch's [`TokenRing`] (`argmax_into_batch`'s
-    /// kernel writes it).
-    pub(crate) fn ring_dev(&self) -> u64 {
-        self.ring.dev
+    /// kernel writes it), made now if it is not yet.
+    pub(crate) fn ring_dev(&mut self, be: &Cuda) -> u64 {
+        let rows = self.rows();
+        self.ring
+            .get_or_insert_with(|| TokenRing::new(be, rows))
+            .dev
     }
 
     /// `Backend::set_batch`: the rows overwritten in the same storage, the
@@ -139,7 +145,13 @@ impl CudaBatch {
             return self.host_tokens.clone();
         }
         let rows = self.rows();
-        let ring = self.ring.host.as_ptr().unwrap_or_else(|e| fail(e));
+        let ring = self
+            .ring
+            .as_ref()
+            .expect("take_tokens: a choice counted into a batch with no ring")
+            .host
+            .as_ptr()
+            .unwrap_or_else(|e| fail(e));
         (0..rows)
             .map(|r| {
                 let pos = self.set_positions[r].wrapping_add(n as u32);

@@ -51,7 +51,7 @@ pub fn argmax_into_batch(be: &Cuda, logits: &CudaTensor, b: &mut CudaBatch) {
     if logits.rows == 0 {
         return;
     }
-    let ring = b.ring_dev();
+    let ring = b.ring_dev(be);
     be.launch(
         &be.k.argmax_feed,
         (logits.rows as u32, blocks_per_row(logits.cols), 1),
