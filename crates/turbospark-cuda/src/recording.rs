@@ -1,8 +1,9 @@
 //! A recorded decode step: the instantiated CUDA graph, the arena its
 //! buffers live in ([`crate::arena`]), the host's counts of the tokens it
-//! chooses into batches (moved on at each replay), and a census of its nodes and edges
-//! for tests and measurements (a step that is fast has kernel nodes only,
-//! joined by programmatic edges). This module must not launch kernels.
+//! chooses into batches (moved on at each replay), and a census of its
+//! nodes and edges for tests and measurements (a step that is fast has
+//! kernel nodes only, joined by programmatic edges). This module must not
+//! launch kernels.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
