@@ -7,8 +7,8 @@
 //! module launches nothing.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaEvent, CudaSlice, DriverError, PinnedHostSlice, sys};
 
@@ -37,12 +37,16 @@ pub struct CudaBatch {
     set_steps: u64,
     /// Where the device writes the tokens it chooses for the host
     /// ([`TokenRing`]). A one-row batch (a decode step's) gets it when it
-    /// is made: its first choice may be recorded, and a build that made the
-    /// ring at the first choice failed inside the recording (allocating
-    /// host memory during stream capture). Other batches, a prompt's, get
-    /// it at their first choice, if any: a page-locked allocation for each
-    /// prefill chunk would be wasted.
+    /// is made, from `pool`, and gives it back there when dropped: its
+    /// first choice may be recorded, and a build that made the ring at the
+    /// first choice failed inside the recording (allocating host memory
+    /// during stream capture); and an eager decode makes a batch a token,
+    /// which must not cost a page-locked allocation and free (the free
+    /// waits for the device). Other batches, a prompt's, get it at their
+    /// first choice, if any, and free it: their row counts vary, so a pool
+    /// of them would only grow.
     ring: Option<TokenRing>,
+    pool: RingPool,
     /// Reads queued by `queue_tokens`, oldest first: the event behind the
     /// work queued then, and `steps` then. Spare events for the next ones.
     reads: VecDeque<(CudaEvent, u64)>,
@@ -65,7 +69,8 @@ impl CudaBatch {
             steps: Arc::new(AtomicU64::new(0)),
             set_positions: positions.to_vec(),
             set_steps: 0,
-            ring: (tokens.len() == 1).then(|| TokenRing::new(be, 1)),
+            ring: (tokens.len() == 1).then(|| be.rings.take(be)),
+            pool: be.rings.clone(),
             reads: VecDeque::new(),
             spare: Vec::new(),
         }
@@ -170,6 +175,40 @@ impl CudaBatch {
                 entry as u32
             })
             .collect()
+    }
+}
+
+impl Drop for CudaBatch {
+    fn drop(&mut self) {
+        if self.rows() == 1
+            && let Some(ring) = self.ring.take()
+        {
+            self.pool.give(ring);
+        }
+    }
+}
+
+/// The one-row [`TokenRing`]s no batch holds now, shared by a [`Cuda`] and
+/// its batches; as many as one-row batches were ever alive at once.
+///
+/// A ring given back may still be written by choices queued for the
+/// batch that held it. That is harmless: the next batch to hold it queues
+/// its own choices on the same stream, after those, and reads a slot only
+/// behind an event after its own choice of that slot's position, so what
+/// it reads is its own write or a later one. The slots are not cleared on
+/// reuse for the same reason (and the host must not write them while the
+/// device may).
+#[derive(Clone, Default)]
+pub(crate) struct RingPool(Arc<Mutex<Vec<TokenRing>>>);
+
+impl RingPool {
+    fn take(&self, be: &Cuda) -> TokenRing {
+        let spare = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        spare.unwrap_or_else(|| TokenRing::new(be, 1))
+    }
+
+    fn give(&self, ring: TokenRing) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(ring);
     }
 }
 

@@ -41,6 +41,7 @@ use arena::Arena;
 pub use arena::DeviceBuf;
 pub use batch::CudaBatch;
 use memory::{Purpose, unwind_on_error};
+use recording::Capture;
 pub use recording::{GraphNodes, Recording};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -122,12 +123,12 @@ pub struct Cuda {
     /// True between `begin_graph` and `end_graph`: operations size their
     /// launches for any future batch, not the current one.
     recording: AtomicBool,
-    /// The buffers of the graph being recorded (`crate::arena`): `Some`
-    /// between `begin_graph` and `end_graph`.
-    arena: Mutex<Option<Arena>>,
-    /// The step counts of the batches the graph being recorded chooses
-    /// tokens into (`Recording::steps`).
-    recorded_steps: Mutex<Vec<Arc<AtomicU64>>>,
+    /// The buffers (`crate::arena`) and chosen-token counts
+    /// (`Recording::steps`) of the graph being recorded: `Some` between
+    /// `begin_graph` and `end_graph`.
+    capture: Mutex<Option<Capture>>,
+    /// The one-row batches' rings of chosen tokens not in use.
+    rings: batch::RingPool,
     precision: Precision,
     /// cuBLAS handles must not be used from two threads at once.
     blas: Mutex<CudaBlas>,
@@ -279,8 +280,8 @@ impl Cuda {
             ctx,
             stream,
             recording: AtomicBool::new(false),
-            arena: Mutex::new(None),
-            recorded_steps: Mutex::new(Vec::new()),
+            capture: Mutex::new(None),
+            rings: batch::RingPool::default(),
             precision: Precision::default(),
             blas: Mutex::new(blas),
             k,
@@ -358,13 +359,16 @@ impl Cuda {
     /// Counts a token choice queued into a batch with step count `steps`:
     /// now, or at each replay of the graph being recorded.
     pub(crate) fn count_step(&self, steps: &Arc<AtomicU64>) {
-        if self.recording() {
-            self.recorded_steps
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(steps.clone());
-        } else {
-            steps.fetch_add(1, Ordering::Relaxed);
+        match self
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            Some(c) => c.steps.push(steps.clone()),
+            None => {
+                steps.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -410,8 +414,8 @@ impl Cuda {
         if !self.recording() {
             return None;
         }
-        let mut arena = self.arena.lock().unwrap_or_else(|e| e.into_inner());
-        arena.as_mut()?.take(n)
+        let mut capture = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        capture.as_mut()?.arena.take(n)
     }
 
     /// A device copy of `v` (one zero element when `v` is empty), for a
@@ -640,28 +644,24 @@ impl Backend for Cuda {
         if self.stream.begin_capture(mode).is_err() {
             return false;
         }
-        *self.arena.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(Arena::new(self.stream.clone()));
-        self.recorded_steps
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(Capture {
+            arena: Arena::new(self.stream.clone()),
+            steps: Vec::new(),
+        });
         self.recording.store(true, Ordering::Relaxed);
         true
     }
 
     fn end_graph(&self) -> Option<Recording> {
         self.recording.store(false, Ordering::Relaxed);
-        let arena = self.arena.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let steps = std::mem::take(
-            &mut *self
-                .recorded_steps
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let capture = self
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let flags = sys::CUgraphInstantiate_flags(0);
-        match (self.stream.end_capture(flags), arena) {
-            (Ok(Some(graph)), Some(arena)) => Some(Recording {
+        match (self.stream.end_capture(flags), capture) {
+            (Ok(Some(graph)), Some(Capture { arena, steps })) => Some(Recording {
                 graph,
                 arena,
                 steps,

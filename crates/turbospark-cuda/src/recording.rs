@@ -12,6 +12,14 @@ use cudarc::driver::{CudaGraph, DriverError, sys};
 
 use crate::arena::Arena;
 
+/// What a graph being recorded gathers between `begin_graph` and
+/// `end_graph`: the arena its buffers come from, and the step counts of
+/// the batches it chooses tokens into.
+pub(crate) struct Capture {
+    pub(crate) arena: Arena,
+    pub(crate) steps: Vec<Arc<AtomicU64>>,
+}
+
 /// A recorded and instantiated CUDA graph with the memory of its buffers.
 pub struct Recording {
     // Declared first so that it drops first: the graph goes before the

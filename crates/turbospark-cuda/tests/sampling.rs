@@ -119,6 +119,33 @@ fn queued_reads_find_the_tokens_of_their_step() {
     assert!(msg.contains("position 38 was overwritten"), "{msg}");
 }
 
+/// One-row batches made one after another at the same positions, each
+/// dropped with a choice queued behind its last read, read their own
+/// tokens: the ring a dropped batch gives back (to the next one-row batch,
+/// so that an eager decode allocates none a token) holds that batch's
+/// slots for the same positions, and may still be written when handed on.
+#[test]
+fn a_one_row_batch_reads_its_own_tokens_in_a_ring_handed_on() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(43);
+    let cols = 5_000;
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let row = rng.vec(cols, 4.0);
+        let want = turbospark_backend::argmax(&row);
+        let t = g.upload_tensor(&row, 1, cols);
+        let mut b = g.batch(&[1], &[50]);
+        for _ in 0..2 {
+            g.argmax_into_batch(&t, &mut b);
+            g.queue_tokens(&mut b);
+        }
+        assert_eq!(g.take_tokens(&mut b), [want], "batch {round}");
+        seen.push(want);
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 3, "each batch chose another token: {seen:?}");
+}
+
 /// The sampling summaries of the device are the host's
 /// (`turbospark_backend::scores`) on rows of gpt-oss's vocabulary (peaked,
 /// with NaN and −inf holes, with a +inf, all −inf): candidate counts, maxima
