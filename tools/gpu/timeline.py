@@ -25,9 +25,11 @@ mean over the replays, µs):
 Then the spans summed by kernel name over a step, and for the launches
 whose kernels mark phases (`TS_PHASE(k)` in kernels/common.cuh: a block's
 first thread passing a point inside the kernel), when their blocks got
-there: per phase, in µs after each block's own wait returned, the median
-over blocks of its first and its last pass (a phase inside a loop is
-passed once a turn) and the latest last pass, means over the replays.
+there: per phase, in µs after each block's own wait returned (less what
+the block's earlier notes took: phases_of), the median over blocks of
+its first and its last pass (a phase inside a loop is passed once a
+turn), the latest last pass and what its note took, means over the
+replays.
 The %globaltimer tick
 is printed with the table (32 ns on the H200): where it is coarser than a
 span, only the means over many replays mean anything.
@@ -63,7 +65,8 @@ def load(path, gap_ns):
                 by_grid[grid].append((returned, reached, threads, b))
             elif p[0] == "P":
                 grid, at, phase, _sm, _threads, b = map(int, p[1:7])
-                marks[grid].append((at, phase, b))
+                held = int(p[7]) if len(p) > 7 else 0  # builds before 2026-12-03 lack it
+                marks[grid].append((at, phase, b, held))
     groups = []
     for grid, entries in by_grid.items():
         entries.sort()
@@ -86,28 +89,39 @@ def load(path, gap_ns):
 def phases_of(run, marks, gap_ns):
     """The phase passes of one launch's blocks (`run`: its wait entries):
     its node's marks from its first block's arrival to `gap_ns` after its
-    last block's return, each timed from its own block's return."""
+    last block's return, each timed from its own block's return less the
+    time the block's earlier notes held its first thread (each note's
+    slot is an atomic's round trip: ~0.7 µs under load). The wait's own
+    note does not say how long it took: the median of the launch's phase
+    notes stands in for it. Each pass: (block, ns, ns the note took)."""
     returned = {e[3]: e[0] for e in run}
     lo, hi = min(e[1] for e in run), run[-1][0] + gap_ns
+    mine = [m for m in marks[bisect.bisect_left(marks, (lo,)):bisect.bisect_right(marks, (hi,))]
+            if m[2] in returned]
     out = collections.defaultdict(list)
-    for at, phase, b in marks[bisect.bisect_left(marks, (lo,)):bisect.bisect_right(marks, (hi,))]:
-        if b in returned:
-            out[phase].append((b, at - returned[b]))
+    if not mine:
+        return out
+    held = collections.defaultdict(lambda: statistics.median(m[3] for m in mine))
+    for at, phase, b, took in mine:
+        out[phase].append((b, at - returned[b] - held[b], took))
+        held[b] += took
     return out
 
 
 def phase_row(phases):
     """Per phase: (passes a block, median first pass, median last pass,
-    latest last pass), ns after each block's wait returned."""
+    latest last pass, median time its note took), ns after each block's
+    wait returned."""
     row = {}
     for k, passes in phases.items():
         first, last, count = {}, {}, collections.Counter()
-        for b, t in passes:
+        for b, t, _ in passes:
             first.setdefault(b, t)
             last[b] = t
             count[b] += 1
         row[k] = (statistics.median(count.values()), statistics.median(first.values()),
-                  statistics.median(last.values()), max(last.values()))
+                  statistics.median(last.values()), max(last.values()),
+                  statistics.median(p[2] for p in passes))
     return row
 
 
@@ -196,14 +210,16 @@ def print_phases(step, reps):
             continue
         for k in sorted({k for r in rows for k in r}):
             got = [r[k] for r in rows if k in r]
-            n, first, last, latest = (statistics.mean(v[i] for v in got) for i in range(4))
+            n, first, last, latest, note = (statistics.mean(v[i] for v in got)
+                                            for i in range(5))
             lines.append(f"{j:3d} {name:34} {k:5d} {n:6.1f} {first / 1000:7.2f} "
-                         f"{last / 1000:7.2f} {latest / 1000:7.2f}")
+                         f"{last / 1000:7.2f} {latest / 1000:7.2f} {note / 1000:6.2f}")
     if lines:
-        print("\nphases, µs after each block's wait returned (median over blocks; latest: "
-              "the largest last pass):")
+        print("\nphases, µs after each block's wait returned, less what the block's earlier "
+              "notes took (median over blocks; latest: the largest last pass; note: the "
+              "median time this phase's note took):")
         print(f"{'#':>3} {'kernel':34} {'phase':>5} {'passes':>6} {'first':>7} {'last':>7} "
-              f"{'latest':>7}")
+              f"{'latest':>7} {'note':>6}")
         print("\n".join(lines))
 
 

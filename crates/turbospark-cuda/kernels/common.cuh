@@ -110,18 +110,25 @@ __device__ __forceinline__ float e8m0(u32 s) {
 // The timeline buffer (the host sets it in every module): [0] entries
 // taken, [1] capacity, then a ring of that many entries of 4 words: the
 // launch's %gridid, the two %globaltimer readings (ns), and smid << 48 |
-// blockDim.x << 32 | the block's index. A phase's entry has the reading
-// and the phase number (below 2^16; a reading never is) in their place.
+// blockDim.x << 32 | the block's index. A phase's entry has, for the
+// second reading, the phase number (below 2^16) and, above it, how long
+// the note itself held the thread (below 2^16 ns): below 2^32, which a
+// reading never is.
 __device__ u64* ts_trace;
 
 __device__ __forceinline__ u64 ts_clock() {
     u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    // "memory": not moved across the stores before it (ts_phase reads the
+    // clock again once its entry's slot has come back).
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
     return t;
 }
 
-__device__ __forceinline__ void ts_note(u64 first, u64 second) {
-    if ((threadIdx.x | threadIdx.y | threadIdx.z) != 0 || ts_trace == nullptr) return;
+// A fresh entry of the ring with its launch, SM and block filled in (the
+// caller writes words 1 and 2). Its slot is an atomic whose result the
+// first store waits for: a round trip to L2 (~0.7 µs under a GEMV's load)
+// on the noting thread's path.
+__device__ __forceinline__ u64* ts_entry() {
     // A ring: the newest entries win (a step's replays come last).
     const u64 i = atomicAdd(ts_trace, 1ull) % ts_trace[1];
     u64 grid;
@@ -130,19 +137,39 @@ __device__ __forceinline__ void ts_note(u64 first, u64 second) {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     u64* e = ts_trace + 2 + 4 * i;
     e[0] = grid;
-    e[1] = first;
-    e[2] = second;
     e[3] = (u64)sm << 48 | (u64)blockDim.x << 32 |
            (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    return e;
 }
 
-__device__ __forceinline__ void ts_mark(u64 reached) { ts_note(reached, ts_clock()); }
+__device__ __forceinline__ bool ts_noting() {
+    return (threadIdx.x | threadIdx.y | threadIdx.z) == 0 && ts_trace != nullptr;
+}
+
+__device__ __forceinline__ void ts_mark(u64 reached) {
+    if (!ts_noting()) return;
+    const u64 returned = ts_clock();
+    u64* e = ts_entry();
+    e[1] = reached;
+    e[2] = returned;
+}
 
 // A point inside a kernel (phase k, 1 .. 65535) as the block's first thread
 // passes it: where a launch's time goes after its wait (timeline.py's
 // phases). Only the first thread notes, so a phase after a barrier is the
-// block's, one before it warp 0's.
-#define TS_PHASE(k) ts_note(ts_clock(), (u64)(k))
+// block's, one before it warp 0's. The entry keeps how long the note held
+// the thread (its slot's round trip), which timeline.py takes off the
+// block's later phases: every note but the wait's own says how long it took.
+__device__ __forceinline__ void ts_phase(u32 k) {
+    if (!ts_noting()) return;
+    const u64 at = ts_clock();
+    u64* e = ts_entry();
+    e[1] = at;
+    const u64 held = ts_clock() - at;
+    e[2] = (held < 0xffff ? held : 0xffff) << 16 | k;
+}
+
+#define TS_PHASE(k) ts_phase(k)
 #else
 #define TS_PHASE(k) ((void)0)
 #endif

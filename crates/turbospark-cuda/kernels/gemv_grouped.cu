@@ -106,7 +106,8 @@ __device__ __forceinline__ void team_sync(u32 wpr) {
 }
 
 // Sums each row's partials over the lanes, then over the quad's W warps in
-// warp order, and stores them (with the bias) from the quad's first lane;
+// warp order, and stores them (with the bias, row i's in lane i of `bias`:
+// bias_rows) from the quad's first lane;
 // a glu launch's quad is two (gate, up) pairs, whose activations it writes.
 // With `held` (NX = 1, accumulate), lane i holds what row i's output held,
 // loaded before the products (held_rows) so the store need not wait for
@@ -115,7 +116,7 @@ __device__ __forceinline__ void team_sync(u32 wpr) {
 // there measured 1% slower on Llama-8B bf16 and level on gpt-oss-20b.
 template <int NX>
 __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[NX], const Quad& d,
-                                              int bias_dt, u32 nx, u32 wpr, float r,
+                                              float bias, u32 nx, u32 wpr, float r,
                                               bool accumulate, const float* held = nullptr) {
     __shared__ float part_sum[8][GR][NX];
 #pragma unroll
@@ -145,7 +146,9 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
         }
     }
     const u32 job = blockIdx.x;
-    float prev[GR];
+    float b[GR], prev[GR];
+#pragma unroll
+    for (int i = 0; i < GR; i++) b[i] = __shfl_sync(0xffffffffu, bias, i);
     if (held) {
 #pragma unroll
         for (int i = 0; i < GR; i++) prev[i] = __shfl_sync(0xffffffffu, *held, i);
@@ -158,8 +161,8 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
         for (int i = 0; i < GR; i += 2) {
             const u32 c = d.r0 + i / 2;
             if (c < d.m) {
-                const float g = out_value(acc[i][0], r, d.bias, bias_dt, c);
-                const float u = out_value(acc[i + 1][0], r, sg.bias[1], bias_dt, c);
+                const float g = acc[i][0] * r + b[i];
+                const float u = acc[i + 1][0] * r + b[i + 1];
                 d.out[(u64)job * d.m + c] = glu_value(sg, g, u);
             }
         }
@@ -173,10 +176,8 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
 #pragma unroll
             for (u32 t = 0; t < NX; t++) {
                 if (t < nx) {
-                    const float g = out_value(acc[i][t], r, d.bias, bias_dt,
-                                              d.e * d.m + glu_row(sg, d.m, row));
-                    const float u = out_value(acc[i + 1][t], r, d.bias, bias_dt,
-                                              d.e * d.m + glu_row(sg, d.m, row + 1));
+                    const float g = acc[i][t] * r + b[i];
+                    const float u = acc[i + 1][t] * r + b[i + 1];
                     d.out[((u64)job * nx + t) * (d.m / 2) + row / 2] = glu_value(sg, g, u);
                 }
             }
@@ -191,14 +192,36 @@ __device__ __forceinline__ void grouped_store(const GemvSegs& sg, float (*acc)[N
         for (u32 t = 0; t < NX; t++) {
             if (t < nx) {
                 float* out = &d.out[((u64)job * nx + t) * d.m + row];
+                // The CPU's order: the product scaled, the bias, then
+                // what out held.
+                float v = acc[i][t] * r + b[i];
                 if (held) {
-                    *out = out_value(acc[i][t], r, d.bias, bias_dt, d.e * d.m + row) + prev[i];
-                } else {
-                    store_out(out, acc[i][t], r, d.bias, bias_dt, d.e * d.m + row, accumulate);
+                    v += prev[i];
+                } else if (accumulate) {
+                    v += *out;
                 }
+                *out = v;
             }
         }
     }
+}
+
+// The bias of row i of quad `d` as grouped_store adds it (0 without one),
+// in lane i of the quad's first warp: read as the quad starts, its round
+// trip (a DRAM one: a step's biases have left L2 by the next step) hidden
+// by the weights' rather than on the store's path after the products.
+__device__ __forceinline__ float bias_rows(const GemvSegs& sg, const Quad& d, int bias_dt) {
+    const u32 i = d.lane;
+    if (d.part != 0 || i >= GR) return 0.0f;
+    if (glu_segs(sg)) {
+        // Rows 0, 2 are gates (segment 0's bias), 1, 3 ups (segment 1's).
+        const u32 c = d.r0 + i / 2;
+        const void* bias = (i & 1) ? sg.bias[1] : d.bias;
+        return bias && c < d.m ? load_w(bias, bias_dt, c) : 0.0f;
+    }
+    const u32 row = d.r0 + i;
+    if (!d.bias || row >= d.m) return 0.0f;
+    return load_w(d.bias, bias_dt, d.e * d.m + glu_row(sg, d.m, row));
 }
 
 template <int NX, class F>
@@ -207,6 +230,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
                                              u32 wpr) {
     pdl_enter();
     const Quad d = quad_of(sg, experts, k, wpr, blockIdx.y);
+    const float bias = bias_rows(sg, d, bias_dt);
     const u32 groups = k / 32, sub = d.lane & 3u;
     const float* xb = x + (u64)(blockIdx.x / x_div) * nx * k;
     float acc[GR][NX];
@@ -248,7 +272,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
             grouped_step<NX, F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
         }
     }
-    grouped_store<NX>(sg, acc, d, bias_dt, nx, wpr, 1.0f, sg.accumulate != 0);
+    grouped_store<NX>(sg, acc, d, bias, nx, wpr, 1.0f, sg.accumulate != 0);
 }
 
 // The E2M1 lookup needs more registers: three blocks per SM.
@@ -339,6 +363,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         const Quad d = quad_of(sg, experts, k, wpr, vb);
         const bool add = sg.accumulate != 0;
         const float held = add ? held_rows(d) : 0.0f;
+        const float bias = bias_rows(sg, d, bias_dt);
         float acc[GR][1];
 #pragma unroll
         for (int i = 0; i < GR; i++) acc[i][0] = 0.0f;
@@ -390,7 +415,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
             }
         }
         TS_PHASE(2);  // this turn's products (warp 0's), before the exchange
-        grouped_store<1>(sg, acc, d, bias_dt, 1, wpr, r, add, add ? &held : nullptr);
+        grouped_store<1>(sg, acc, d, bias, 1, wpr, r, add, add ? &held : nullptr);
         team_sync(wpr);  // the next turn rewrites the team's exchanges
         TS_PHASE(3);  // this turn stored
     }

@@ -25,9 +25,10 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DriverError};
 /// newest overwrite the oldest.
 const CAPACITY: usize = 1 << 21;
 
-/// Phase numbers (`TS_PHASE`) are below this; `%globaltimer` readings
-/// never are.
-const PHASES: u64 = 1 << 16;
+/// A phase's entry (`TS_PHASE`) holds its number (below 2^16) and how
+/// long the note took (ns, below 2^16) above it where a wait's holds a
+/// reading: below this, which a `%globaltimer` reading never is.
+const PHASES: u64 = 1 << 32;
 
 /// The file `TURBOSPARK_CUDA_TRACE` names, if any.
 fn path() -> Option<PathBuf> {
@@ -99,8 +100,9 @@ impl Trace {
     /// Writes the launches and the entries noted so far to the file, as
     /// text: `L name gx gy gz block shared recording` lines, then `E gridid
     /// reached returned smid block_threads block` lines (a block's wait) and
-    /// `P gridid time phase smid block_threads block` lines (a block passing
-    /// `TS_PHASE(phase)`), oldest first. A failure is reported on stderr:
+    /// `P gridid time phase smid block_threads block held` lines (a block
+    /// passing `TS_PHASE(phase)`; `held`: ns the note held the thread),
+    /// oldest first. A failure is reported on stderr:
     /// a measuring tool must not stop the run it measures.
     pub(crate) fn write(&self, stream: &Arc<CudaStream>) {
         if let Err(e) = self.try_write(stream) {
@@ -132,18 +134,17 @@ impl Trace {
             writeln!(out, "{l}")?;
         }
         for e in entries.chunks_exact(4) {
-            // A phase's entry has its number where a wait's has a reading.
-            let kind = if e[2] < PHASES { "P" } else { "E" };
-            writeln!(
-                out,
-                "{kind} {} {} {} {} {} {}",
-                e[0],
-                e[1],
-                e[2],
-                e[3] >> 48,
-                (e[3] >> 32) & 0xffff,
-                e[3] & 0xffff_ffff
-            )?;
+            let (sm, threads, block) = (e[3] >> 48, (e[3] >> 32) & 0xffff, e[3] & 0xffff_ffff);
+            if e[2] < PHASES {
+                let (phase, held) = (e[2] & 0xffff, e[2] >> 16);
+                writeln!(
+                    out,
+                    "P {} {} {phase} {sm} {threads} {block} {held}",
+                    e[0], e[1]
+                )?;
+            } else {
+                writeln!(out, "E {} {} {} {sm} {threads} {block}", e[0], e[1], e[2])?;
+            }
         }
         out.flush()?;
         Ok(())
