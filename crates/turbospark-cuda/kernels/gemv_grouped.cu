@@ -314,7 +314,9 @@ struct GroupWords {
 // Groups a lane has in flight at once (GR rows each). Four (the row's rest
 // two at a time, no spills) measured slower on the H200 in alternating
 // processes: Llama-8B int4 381 -> 364 tok/s, int8 272 -> 264, gpt-oss-20b
-// 433 -> 421.
+// 433 -> 421. Three (128 registers, no spills; one round of loads a row
+// of gpt-oss's 90 groups) also: gpt-oss-20b 541.8 -> 533.3, Llama-8B int4
+// with 16 layers 955.1 -> 914.0 (one call, 2026-12-03).
 #define QX_UNROLL 2
 
 template <class F>
@@ -328,17 +330,32 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     const u32 groups = k / 32, step = 32 * wpr;  // groups a step of a quad's warps covers
     constexpr int U = QX_UNROLL;
     // Weights do not depend on the previous kernel: the first turn's first
-    // U steps are asked of L2 before waiting for it (programmatic
-    // dependent launch; into L2, not registers, which the main loop needs),
-    // unless experts (which it writes) pick the rows.
+    // fetch (U steps) is issued before waiting for it (programmatic
+    // dependent launch), so that its round trip overlaps the wait and x's
+    // rounding; unless experts (which it writes) pick the rows. Into
+    // registers (`raw`, kept for the turn's first fetch: `early`) where
+    // they stay clear of the rounding's (int4, MXFP4), else into L2 (int8:
+    // its 32-byte groups held through the rounding spill 1 KB). Registers
+    // against L2 on the H200, one call, alternated: Llama-8B int4 with 16
+    // layers 956.0, 956.5 -> 997.9, 991.6 tok/s (the L2 round trip after
+    // the rounding was on every launch's path).
+    constexpr bool IN_REGS = sizeof(GroupWords<F>) * U <= 192;
+    GroupWords<F> raw[U];
+    bool early = false;
     if (experts == nullptr) {
         const Quad d = quad_of(sg, nullptr, k, wpr, blockIdx.y);  // r0 = m past the rows
-        if (d.r0 < d.m) {
+        const u32 q = d.part * 32 + d.lane;
+        if (d.r0 < d.m && q < groups) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const u32 q = d.part * 32 + d.lane + u * step;
-                if (q < groups) GroupWords<F>::prefetch(d, q);
+                const u32 qu = q + u * step < groups ? q + u * step : q;
+                if (IN_REGS) {
+                    raw[u].fetch(d, qu);
+                } else {
+                    GroupWords<F>::prefetch(d, qu);
+                }
             }
+            early = IN_REGS;
         }
     }
     pdl_enter();
@@ -398,22 +415,28 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
             const u32 full = groups >= first + span ? (groups - first - span) / (U * step) + 1 : 0;
             u32 q = first + d.lane;
             for (u32 it = 0; it < full; it++, q += U * step) {
-                GroupWords<F> raw[U];
+                if (!early) {
 #pragma unroll
-                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step);
+                    for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step);
+                }
+                early = false;
 #pragma unroll
                 for (int u = 0; u < U; u++) group_at(raw[u], q + u * step);
             }
             if (q < groups) {
-                GroupWords<F> raw[U];
+                if (!early) {
 #pragma unroll
-                for (int u = 0; u < U; u++) raw[u].fetch(d, q + u * step < groups ? q + u * step : q);
+                    for (int u = 0; u < U; u++) {
+                        raw[u].fetch(d, q + u * step < groups ? q + u * step : q);
+                    }
+                }
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (q + u * step < groups) group_at(raw[u], q + u * step);
                 }
             }
         }
+        early = false;  // only the first turn's first fetch came early
         TS_PHASE(2);  // this turn's products (warp 0's), before the exchange
         grouped_store<1>(sg, acc, d, bias, 1, wpr, r, add, add ? &held : nullptr);
         team_sync(wpr);  // the next turn rewrites the team's exchanges
