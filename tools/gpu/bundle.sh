@@ -6,6 +6,11 @@
 # this folder. With OLD_REV=<rev> it also builds that revision's CLI (in a
 # git worktree under target/, its own target directory: a first build takes
 # ~10 minutes on two cores) as .device/turbospark_old, for ab.sh.
+# With PATCHES="a.patch b.patch" (paths) it also builds the CLI with each
+# patch applied in place (and taken off again: the tree must be clean
+# where they touch it) as .device/turbospark_<patch name>, for
+# `BINS=... ab.sh`; each costs an incremental build (~1 minute for a
+# kernel-only patch).
 # Run `.device/suite.sh` or `.device/ab.sh` from the repository root there
 # (carry [".device"]); both unpack the binaries first.
 set -euo pipefail
@@ -20,6 +25,17 @@ tests="parity parity_kv parity_linear parity_moe sampling fixtures_on_gpu flash_
 for t in $tests; do
     cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t"
 done
+for patch in ${PATCHES:-}; do
+    name=$(basename "$patch" .patch)
+    git apply "$patch"
+    ok=1
+    cargo build --release -p turbospark --features cuda || ok=0
+    [ "$ok" = 1 ] && cp target/release/turbospark ".device/turbospark_$name"
+    git apply -R "$patch"
+    [ "$ok" = 1 ] || { echo "bundle.sh: $patch does not build" >&2; exit 1; }
+done
+# The tree as it was: the CLI rebuilt so that target/ matches it.
+[ -n "${PATCHES:-}" ] && cargo build --release -p turbospark --features cuda
 if [ -n "${OLD_REV:-}" ]; then
     wt=target/old-worktree
     git worktree remove --force "$wt" 2>/dev/null || true

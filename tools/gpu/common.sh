@@ -5,6 +5,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 for f in .device/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
+# A binary copied without its execute bit fails with nothing on stdout
+# (the scripts keep stderr out of their tables): it cost a call once.
+chmod +x .device/turbospark* 2>/dev/null
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 export TURBOSPARK_FIXTURES=$PWD/tests/fixtures TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
