@@ -21,7 +21,10 @@ paths=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Exec
 rm -rf .device
 mkdir -p .device
 cp target/release/turbospark .device/
-tests="parity parity_kv parity_linear parity_moe sampling fixtures_on_gpu flash_attention memory"
+# TESTS picks the test binaries (default: all eight). The device tool
+# carries at most 64 MiB with the ~47 MB tree: each extra CLI is ~4.5 MB
+# gzipped, so with PATCHES keep TESTS to those the call runs.
+tests=${TESTS:-parity parity_kv parity_linear parity_moe sampling fixtures_on_gpu flash_attention memory}
 for t in $tests; do
     cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t"
 done
