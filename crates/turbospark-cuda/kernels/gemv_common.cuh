@@ -62,6 +62,9 @@ struct GemvSegs {
     int glu;
     float glu_alpha;
     float glu_limit;
+    // Nonzero where the experts array was final before the launch before
+    // this one (gemv_grouped_qx may read it before its PDL wait).
+    u32 experts_settled;
 };
 
 // Gated activations fused into the store (`glu`): the layouts and formulas

@@ -55,16 +55,16 @@ struct Quad {
     __device__ __forceinline__ const void* scales_of(int i) const { return scales[i & 1]; }
 };
 
-// `vb`: the block of work (blockIdx.y, or a persistent block's turn).
-__device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, u32 k, u32 wpr,
-                                        u32 vb) {
+// `vb`: the block of work (blockIdx.y, or a persistent block's turn); `e`:
+// the job's expert (0 without experts).
+__device__ __forceinline__ Quad quad_at(const GemvSegs& sg, u64 e, u32 k, u32 wpr, u32 vb) {
     Quad d;
     d.lane = threadIdx.x & 31u;
     d.warp = threadIdx.x >> 5;
     d.part = d.warp % wpr;
     const u32 v0 = (vb * ((blockDim.x >> 5) / wpr) + d.warp / wpr) * GR;
     const u32 groups = k / 32;
-    d.e = experts ? (u64)experts[blockIdx.x] : 0;
+    d.e = e;
     if (glu_segs(sg)) {
         // Virtual rows alternate gate and up (seg_of at one row).
         d.m = sg.m[0];
@@ -93,6 +93,11 @@ __device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, 
         d.g0[i] = (d.e * d.m + glu_row(sg, d.m, min(d.r0 + i, d.m - 1))) * groups;
     }
     return d;
+}
+
+__device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, u32 k, u32 wpr,
+                                        u32 vb) {
+    return quad_at(sg, experts ? (u64)experts[blockIdx.x] : 0, k, wpr, vb);
 }
 
 // A row quad's W warps exchange partial sums in grouped_store. They meet at
@@ -332,18 +337,28 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     // Weights do not depend on the previous kernel: the first turn's first
     // fetch (U steps) is issued before waiting for it (programmatic
     // dependent launch), so that its round trip overlaps the wait and x's
-    // rounding; unless experts (which it writes) pick the rows. Into
-    // registers (`raw`, kept for the turn's first fetch: `early`) where
-    // they stay clear of the rounding's (int4, MXFP4), else into L2 (int8:
-    // its 32-byte groups held through the rounding spill 1 KB). Registers
-    // against L2 on the H200, one call, alternated: Llama-8B int4 with 16
-    // layers 956.0, 956.5 -> 997.9, 991.6 tok/s (the L2 round trip after
-    // the rounding was on every launch's path).
+    // rounding; unless experts pick the rows that the previous kernel may
+    // still be writing (`sg.experts_settled` says they were written before
+    // it: an MoE's down, two launches after its routing). The expert is
+    // then read past L1 (the read after the wait must not find this one's
+    // line) and checked after the wait: the early fetch is used only for
+    // the expert the job turns out to have (gpt-oss-20b, one call,
+    // alternated: 522.3, 522.2 -> 530.0, 528.8 tok/s).
+    // Into registers (`raw`, kept for the turn's first fetch: `early`)
+    // where they stay clear of the rounding's (int4, MXFP4), else into L2
+    // (int8: its 32-byte groups held through the rounding spill 1 KB; one
+    // of its two steps held measured level, 651.0, 651.9 -> 651.2, 650.5
+    // on 16-layer Llama int8). Registers against L2 on the H200, one call,
+    // alternated: Llama-8B int4 with 16 layers 956.0, 956.5 -> 997.9,
+    // 991.6 tok/s (the L2 round trip after the rounding was on every
+    // launch's path).
     constexpr bool IN_REGS = sizeof(GroupWords<F>) * U <= 192;
     GroupWords<F> raw[U];
     bool early = false;
-    if (experts == nullptr) {
-        const Quad d = quad_of(sg, nullptr, k, wpr, blockIdx.y);  // r0 = m past the rows
+    u64 e_early = 0;
+    if (experts == nullptr || sg.experts_settled) {
+        if (experts) e_early = (u64)__ldcg(experts + blockIdx.x);
+        const Quad d = quad_at(sg, e_early, k, wpr, blockIdx.y);  // r0 = m past the rows
         const u32 q = d.part * 32 + d.lane;
         if (d.r0 < d.m && q < groups) {
 #pragma unroll
@@ -378,6 +393,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
     const u32 work = (quads + per_block - 1) / per_block;
     for (u32 vb = blockIdx.y; vb < work; vb += gridDim.y) {
         const Quad d = quad_of(sg, experts, k, wpr, vb);
+        if (d.e != e_early) early = false;  // fetched for another expert
         const bool add = sg.accumulate != 0;
         const float held = add ? held_rows(d) : 0.0f;
         const float bias = bias_rows(sg, d, bias_dt);

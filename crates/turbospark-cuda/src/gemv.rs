@@ -195,6 +195,7 @@ pub struct GemvSegs {
     glu: i32,
     glu_alpha: f32,
     glu_limit: f32,
+    experts_settled: u32,
 }
 
 /// What a GEMV launch does around its product (the last fields of
@@ -209,6 +210,10 @@ pub struct GemvEdges<'a> {
     pub normed: u64,
     pub accumulate: bool,
     pub glu: Option<GemvGlu>,
+    /// The job's experts were written before the kernel this launch waits
+    /// for (an MoE's down: its routing ran before gate/up), so its blocks
+    /// may fetch their first weights before the wait.
+    pub experts_settled: bool,
 }
 
 /// Which rows pair up in a launch that writes activations: an MoE expert's
@@ -302,6 +307,7 @@ pub(crate) fn launch_gemv(
         (table.norm, table.norm_dt, table.eps, table.normed) = (ptr, dt, eps, edges.normed);
     }
     table.accumulate = edges.accumulate.into();
+    table.experts_settled = edges.experts_settled.into();
     // The most warps a row: each warp's part of a row stays long enough to
     // keep its loads streaming (qx_warps_cap, dense_warps_cap; qx_max_wpr
     // below); a glu launch's pairs meet in one block, so a dense one keeps

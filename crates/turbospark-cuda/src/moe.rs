@@ -293,7 +293,10 @@ fn per_token(
             x_div: 1,
             k: w as u32,
         },
-        &GemvEdges::default(),
+        &GemvEdges {
+            experts_settled: true,
+            ..GemvEdges::default()
+        },
     );
 
     let n_out = (n * hidden) as u64;
