@@ -3,7 +3,9 @@
 # the binaries unpacked, $OUT made (default ./gpu-results), the cubin
 # cache and the fixtures found, and `bench_line`. Defines nothing else.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+# Its own path, not $0: sourced from the command line, $0 is `bash`, and
+# the scripts then ran one folder too high (it cost two calls once).
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 for f in .device/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 # A binary copied without its execute bit fails with nothing on stdout
 # (the scripts keep stderr out of their tables): it cost a call once.

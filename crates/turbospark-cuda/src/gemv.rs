@@ -212,7 +212,9 @@ pub struct GemvEdges<'a> {
     pub glu: Option<GemvGlu>,
     /// The job's experts were written before the kernel this launch waits
     /// for (an MoE's down: its routing ran before gate/up), so its blocks
-    /// may fetch their first weights before the wait. Sound because every
+    /// may fetch their first weights before the wait (the integer-format
+    /// GEMVs do; the dense ones keep skipping an expert launch's L2
+    /// prefetch: kernels/gemv_dense.cu). Sound because every
     /// kernel releases its dependents only once past its own wait
     /// (`pdl_enter`: wait, then launch_dependents): when this launch
     /// starts, the kernel two back has finished and its writes are in L2.
