@@ -193,40 +193,61 @@ ATT_PARTIAL(attn_partial, float)
 ATT_PARTIAL(attn_partial_bf16kv, u16)
 
 // The GQA decode kernel: one block per (query row, KV head, split) and one
-// warp per query head of the group (launched with 32 · group threads), so
-// each key and value row is read from memory once for all the heads that
-// share it (8 for gpt-oss, 4 for Llama-3-8B). The block walks its split's
-// slots in tiles of T (T · head_dim ≤ 4096 values). Per tile:
+// warp per query head of the group, or two (P; launched with 32 · group ·
+// P threads), so each key and value row is read from memory once for all
+// the heads that share it (8 for gpt-oss, 4 for Llama-3-8B). The block
+// walks its split's slots in tiles of T (T · head_dim ≤ 4096 values). Per
+// tile:
 // - all the block's threads copy the tile's key and value rows to shared
 //   memory with asynchronous 16-byte copies, all in flight at once (a
 //   decode step is bound by how many KV bytes are in flight), in the
 //   store's dtype (a bf16 tile is half the bytes; values are widened as
 //   they are used);
-// - each warp scores the tile for its own head: LPK = 32 / T lanes share a
-//   key (every lane busy), each dotting every LPK-th 16-byte chunk of the
-//   key row (4 values of an f32 store, 8 of a bf16 one) with the head's
-//   query, then meeting by shuffles (key rows padded by LPK chunks: the
-//   lanes of a shared-memory phase hit distinct banks);
+// - each warp scores the tile (its P-th part of it: TP = T / P keys) for
+//   its own head: LPK = 32 / TP lanes share a key (every lane busy), each
+//   dotting every LPK-th 16-byte chunk of the key row (4 values of an f32
+//   store, 8 of a bf16 one) with the head's query, then meeting by
+//   shuffles (key rows padded by LPK chunks: the lanes of a shared-memory
+//   phase hit distinct banks);
 // - online softmax over the tile: warp max, p = exp(score − m), the
 //   output rescaled by exp(m_old − m_new);
 // - values: each lane owns J consecutive dimensions; for each live slot it
 //   reads them in one vector load and adds p (shuffled from the slot's
 //   lane) times them.
-// Each warp then writes its head's partial (m, l, output). One warp a head,
-// rather than warps that each take whole tiles for every head of the group:
-// a decode step's attention is bound by the latency of each warp's chain of
-// shared loads, shuffles and multiply-adds, not by bytes (ncu: 0.17 issued
-// instructions a cycle per scheduler with two warps a block), and this
-// makes each warp's chain `group` times shorter and gives the SMs `group`
-// times more warps to overlap. J = ceil(head_dim / 32), G = the most query
+// Each head's (first) warp then writes its partial (m, l, output). Warps
+// of one head, rather than warps that each take whole tiles for every
+// head of the group: a decode step's attention is bound by the latency of
+// each warp's chain of shared loads, shuffles and multiply-adds, not by
+// bytes (ncu: 0.17 issued instructions a cycle per scheduler with two
+// warps a block), and this makes each warp's chain `group` times shorter
+// and gives the SMs `group` times more warps to overlap. J = ceil(head_dim / 32), G = the most query
 // heads a group may have, S the store's element. Sums run in a different
 // order from the CPU's (a dot in four interleaved pieces, a warp tree for
-// the tile's max, per-lane denominators summed at the end): equal up to
-// f32 rounding. (Tiles of
-// half the values, so twice the splits and warps, were slower: a block's
-// time is its chain of dependent loads, not its share of the work;
-// BENCHMARKS.md, eleventh session.)
+// the tile's max, per-lane denominators summed at the end, a pair's halves
+// merged): equal up to f32 rounding. (Tiles of half the values, so twice
+// the splits and warps, were slower: a block's time is its chain of
+// dependent loads, not its share of the work; BENCHMARKS.md, eleventh
+// session.)
 #define GQA_TILE_VALUES 4096
+// Two warps a query head (P = 2, the forms with head_dim 128 and 256):
+// each scores and adds half of every tile's keys (lanes a key doubled, so
+// each lane's dot is half as long), and the pair merges its (m, l,
+// output) once, at the end, through shared memory, as attn_combine merges
+// two splits. A tile's chain after it lands (H200 timeline, Llama-8B:
+// ~4.2 µs of the step kernel's ~6.5) is what a decode step waits for, and
+// this halves it: Llama-8B int4 +2.7%. Their registers are capped at 40
+// (GQA_BOUNDS: 48 warps an SM) so that as many blocks as before fit
+// beside the streamed q/k/v GEMV they start under (PDL), and copy their
+// first tile before its end: uncapped (64 registers) the bf16 model lost
+// 1.6%, at 48 it lost 1.5%, at 40 it is level. gpt-oss's head_dim 64
+// keeps one warp a head: two lost 2.1% (BENCHMARKS.md, thirty-second
+// session).
+// One warp a head keeps the one-argument bound: NVRTC 13 compiles
+// `__launch_bounds__(n, 1)` differently (the head_dim-64 forms took 94-102
+// registers instead of 40-62).
+#define GQA_BOUNDS(G, P) GQA_BOUNDS_##P(G)
+#define GQA_BOUNDS_1(G) __launch_bounds__(32 * (G))
+#define GQA_BOUNDS_2(G) __launch_bounds__(64 * (G), 24 / (G))
 
 // The lanes 0, n, 2n, ... of a warp as a ballot mask: a whole tile's live
 // slots, one bit each (n = LPK lanes a key).
@@ -277,7 +298,7 @@ struct GqaStep {
     RopeFreqs freqs;
 };
 
-template <typename S, int J, int G, bool STEP, int W>
+template <typename S, int J, int G, int P, bool STEP, int W>
 __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const float* q,
                                          const S* kc, const S* vc, const i64* slot_pos,
                                          const u32* positions, u32 num_heads, u32 group,
@@ -287,11 +308,14 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     constexpr u32 HD = 32 * J, H4 = HD / 4;
     constexpr u32 VEC = KV_VEC(S), CH = HD / VEC;  // values a chunk, chunks a row
     constexpr u32 T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
-    constexpr u32 LPK = 32 / T;
+    constexpr u32 TP = T / P;  // keys a warp takes of each tile
+    static_assert((P == 1 || P == 2) && TP >= 1, "one or two warps a head");
+    constexpr u32 LPK = 32 / TP;
     constexpr u32 KS = CH + LPK;  // chunks a staged key row
     static_assert(W == 0 || STEP, "the window form is a step form");
     constexpr u32 NB = W > 0 ? W : 1;  // tiles staged at once
-    const u32 lane = threadIdx.x & 31u, head = threadIdx.x >> 5;
+    const u32 lane = threadIdx.x & 31u, head = (threadIdx.x >> 5) / P;
+    const u32 part = (threadIdx.x >> 5) % P;  // which keys of a tile: part · TP on
     const u32 kv_heads = num_heads / group;
     const u32 row = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads;
     const u32 split = blockIdx.y;
@@ -371,7 +395,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             cp_async16(&vs[(b * T + r) * CH + c], vc + src);
         }
     };
-    const u32 key = lane / LPK, sub = lane % LPK;  // the key this lane scores
+    const u32 key = part * TP + lane / LPK, sub = lane % LPK;  // the key this lane scores
     // Whether this lane's key of the tile at row t0 (nk rows) is visible:
     // the step's own row holds position qpos, the others what slot_pos says.
     auto live_at = [&](u32 t0, u32 nk) {
@@ -409,18 +433,21 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         pdl_enter();
     }
     // head_dim is a multiple of 4: the query is whole float4s. Only this
-    // warp reads its head's query.
+    // head's warps read it; its first writes (and rotates) it, and the
+    // second reads it after the __syncthreads that lands the first tile.
     const u64 qh = (u64)row * num_heads + (u64)kvh * group + head;
     const float4* qrow = (const float4*)(q + qh * head_dim);
     float4* qq = qs + head * H4;
-    for (u32 c = lane; c < h4; c += 32) qq[c] = qrow[c];
+    if (part == 0) {
+        for (u32 c = lane; c < h4; c += 32) qq[c] = qrow[c];
+    }
     __syncwarp();
     // The step's key and value as the store keeps them (rounded to its
     // dtype), so that this step scores them as later steps will.
     __shared__ uint4 fresh_k[STEP ? CH : 1], fresh_v[STEP ? CH : 1];
     if constexpr (STEP) {
         float* qf = (float*)qq;
-        for (u32 i = lane; i < st.pairs; i += 32) {
+        for (u32 i = lane; part == 0 && i < st.pairs; i += 32) {
             rotate_by(qf[i], qf[i + half], cs[i].x, cs[i].y);
         }
         __syncwarp();
@@ -521,21 +548,24 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                 // tested loop below took ~15 instructions a slot, a third
                 // of the kernel; this takes J + 2).
 #pragma unroll
-                for (u32 t = 0; t < T; t++) {
+                for (u32 t = 0; t < TP; t++) {
                     const float pt = __shfl_sync(0xffffffffu, p, t * LPK);
                     float v[J];
-                    load_j<J>(vt + t * HD + lane * J, v);
+                    load_j<J>(vt + (part * TP + t) * HD + lane * J, v);
 #pragma unroll
                     for (int j = 0; j < J; j++) acc[j] += pt * v[j];
                 }
             } else {
+                // This warp's rows of the tile: nk of one warp a head; a
+                // pair's TP each, the live mask skipping those past nk.
+                const u32 mine = P > 1 ? TP : nk;
 #pragma unroll 4
-                for (u32 t = 0; t < nk; t++) {
+                for (u32 t = 0; t < mine; t++) {
                     if (!((live_mask >> (t * LPK)) & 1u)) continue;
                     const float pt = __shfl_sync(0xffffffffu, p, t * LPK);
                     float v[J];
                     if (lane * J < head_dim) {
-                        load_j<J>(vt + t * HD + lane * J, v);
+                        load_j<J>(vt + (part * TP + t) * HD + lane * J, v);
                     } else {
 #pragma unroll
                         for (int j = 0; j < J; j++) v[j] = 0.0f;
@@ -550,6 +580,31 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     TS_PHASE(3);  // the products (warp 0's)
     // No live slot: m = −inf, l = 0, output 0, which the combine skips.
     l = warp_sum(l);
+    if constexpr (P > 1) {
+        // The second warp's (m, l, output) through shared memory into the
+        // first's, as attn_combine merges two splits; the first goes on
+        // alone.
+        __shared__ float mg[P > 1 ? G * (HD + 2) : 1];
+        float* h = mg + head * (HD + 2);
+        if (part == 1) {
+#pragma unroll
+            for (int j = 0; j < J; j++) h[lane * J + j] = acc[j];
+            if (lane == 0) {
+                h[HD] = m;
+                h[HD + 1] = l;
+            }
+        }
+        __syncthreads();
+        if (part == 1) return;
+        const float m1 = h[HD], l1 = h[HD + 1], mn = fmaxf(m, m1);
+        if (mn != NEG_INF) {
+            const float c0 = expf(m - mn), c1 = expf(m1 - mn);
+            l = l * c0 + l1 * c1;
+#pragma unroll
+            for (int j = 0; j < J; j++) acc[j] = acc[j] * c0 + h[lane * J + j] * c1;
+            m = mn;
+        }
+    }
     if constexpr (W > 0) {
         // attn_combine's arithmetic for one split (its order, so its bits
         // for the same (m, l, acc)). No live key and no sink gives 0/0 =
@@ -593,36 +648,35 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 
 // (head_dim, group) bounds: ≤ 64 with up to 8 or 16 query heads a group,
 // ≤ 128 with 4 or 8, ≤ 256 with 4; the smaller group where it fits, as its
-// kernel needs fewer registers (src/attention.rs picks). Each comes as the
-// attention alone and as a decode step's fused kernel (GqaStep), each over
-// an f32 store and a bf16 one.
-#define ATT_GQA_FORMS(name, S, J, G)                                                             \
-    extern "C" __global__ void __launch_bounds__(32 * G) name(ATT_GQA_ARGS(S)) {                \
-        pdl_enter();                                                                            \
-        attn_gqa<S, J, G, false, 0>(ATT_GQA_PASS, GqaStep{});                                    \
+// kernel needs fewer registers (src/attention.rs picks, and launches
+// 32 · group · P threads). Each comes as the attention alone and as a
+// decode step's fused kernel (GqaStep), each over an f32 store and a bf16
+// one.
+#define ATT_GQA_FORMS(name, S, J, G, P)                                                          \
+    extern "C" __global__ void GQA_BOUNDS(G, P) name(ATT_GQA_ARGS(S)) {                          \
+        pdl_enter();                                                                             \
+        attn_gqa<S, J, G, P, false, 0>(ATT_GQA_PASS, GqaStep{});                                 \
     }                                                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * G)                                         \
-        name##_step(ATT_GQA_ARGS(S), GqaStep st) {                                               \
-        attn_gqa<S, J, G, true, 0>(ATT_GQA_PASS, st); /* calls pdl_enter */                      \
+    extern "C" __global__ void GQA_BOUNDS(G, P) name##_step(ATT_GQA_ARGS(S), GqaStep st) {       \
+        attn_gqa<S, J, G, P, true, 0>(ATT_GQA_PASS, st); /* calls pdl_enter */                   \
     }
-#define ATT_GQA_KERNEL(name, J, G)                                                               \
-    ATT_GQA_FORMS(name, float, J, G)                                                             \
-    ATT_GQA_FORMS(name##_bf16kv, u16, J, G)
-ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8)
-ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16)
-ATT_GQA_KERNEL(attn_gqa_hd128_g4, 4, 4)
-ATT_GQA_KERNEL(attn_gqa_hd128_g8, 4, 8)
-ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4)
+#define ATT_GQA_KERNEL(name, J, G, P)                                                            \
+    ATT_GQA_FORMS(name, float, J, G, P)                                                          \
+    ATT_GQA_FORMS(name##_bf16kv, u16, J, G, P)
+ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8, 1)
+ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16, 1)
+ATT_GQA_KERNEL(attn_gqa_hd128_g4, 4, 4, 2)
+ATT_GQA_KERNEL(attn_gqa_hd128_g8, 4, 8, 2)
+ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4, 2)
 
 // The window forms, W tiles of 32 slots (W · 32 positions) staged at once:
-// over a bf16 store with head_dim ≤ 64 only, where 4 tiles (gpt-oss's
-// window of 128) take 34 KB of the 48 KB a block may have statically. A
-// wider head's tile is twice the bytes, an f32 store's too, and no family
-// pairs those with so short a window.
+// over a bf16 store with head_dim ≤ 64 only (one warp a head), where 4
+// tiles (gpt-oss's window of 128) take 34 KB of the 48 KB a block may have
+// statically. A wider head's tile is twice the bytes, an f32 store's too,
+// and no family pairs those with so short a window.
 #define ATT_GQA_WINDOW(name, J, G, W)                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * G)                                         \
-        name##_window(ATT_GQA_ARGS(u16), GqaStep st) {                                           \
-        attn_gqa<u16, J, G, true, W>(ATT_GQA_PASS, st); /* calls pdl_enter */                    \
+    extern "C" __global__ void GQA_BOUNDS(G, 1) name##_window(ATT_GQA_ARGS(u16), GqaStep st) {   \
+        attn_gqa<u16, J, G, 1, true, W>(ATT_GQA_PASS, st); /* calls pdl_enter */                 \
     }
 ATT_GQA_WINDOW(attn_gqa_hd64_g8_bf16kv, 2, 8, 4)
 ATT_GQA_WINDOW(attn_gqa_hd64_g16_bf16kv, 2, 16, 4)

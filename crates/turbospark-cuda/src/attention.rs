@@ -55,13 +55,21 @@ const WINDOW_TILES: usize = 4;
 
 /// A GQA decode kernel (kernels/attention.cu), in its forms: the attention
 /// alone, a decode step's fused kernel (`GqaStep`) and, where the shapes
-/// have one, that step's window form for short sliding spans; and its tile
-/// of slots.
+/// have one, that step's window form for short sliding spans; its tile of
+/// slots, and its warps a query head.
 struct Gqa<'a> {
     plain: &'a CudaFunction,
     step: &'a CudaFunction,
     window: Option<&'a CudaFunction>,
     tile: usize,
+    warps: usize,
+}
+
+impl Gqa<'_> {
+    /// Threads of a block serving `group` query heads.
+    fn threads(&self, group: usize) -> u32 {
+        (32 * group * self.warps) as u32
+    }
 }
 
 /// The GQA decode kernel for `head_dim` and `group` query heads per KV
@@ -154,13 +162,17 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             step,
             window,
             tile: (4096 / hd).min(32),
+            // `P` of kernels/attention.cu's `ATT_GQA_KERNEL`s: two warps a
+            // head from head_dim 128 (the window forms are 64's).
+            warps: if hd >= 128 { 2 } else { 1 },
         })
 }
 
 /// Slots per split of the GQA kernel for `range` slots and `units` (row,
-/// KV head) pairs of `group` warps (one a query head): as many whole tiles
-/// a block as still give at least [`GQA_WARPS_PER_SM`] warps an SM, and at
-/// most [`MAX_SPLITS`] splits.
+/// KV head) pairs of `group` query heads: as many whole tiles a block as
+/// still give at least [`GQA_WARPS_PER_SM`] heads an SM (warps, counted one
+/// a head: the forms with two a head were measured at the same splits), and
+/// at most [`MAX_SPLITS`] splits.
 fn gqa_per_split(range: usize, units: usize, group: usize, tile: usize, sm_count: usize) -> usize {
     let tiles = range.div_ceil(tile).max(1);
     let blocks = (GQA_WARPS_PER_SM * sm_count).div_ceil(units * group);
@@ -466,7 +478,7 @@ fn split_attention(
     let parts = (be.ptr(&part_o), be.ptr(&part_ml));
     let mut args = split_args(be, parts, q, kv, batch, p, window, &sp);
     match (&sp.gqa, step) {
-        // One block a split, one warp a query head.
+        // One block a split, one or two warps a query head.
         (Some(k), step) => {
             args.push(Arg::U32(sp.splits as u32));
             let f = match step {
@@ -477,7 +489,7 @@ fn split_attention(
                 None => k.plain,
             };
             let grid = ((n * p.num_kv_heads) as u32, sp.splits as u32, 1);
-            be.launch(f, grid, (32 * p.num_heads / p.num_kv_heads) as u32, &args);
+            be.launch(f, grid, k.threads(p.num_heads / p.num_kv_heads), &args);
         }
         (None, None) => be.launch(
             kv.pick(&be.k.attn_partial, &be.k.attn_partial_bf16kv),
@@ -595,7 +607,7 @@ pub fn rope_kv_attention(
         freqs: *rot.freqs,
     };
     match window_form(be, kv, p) {
-        Some((f, group)) => {
+        Some((f, threads)) => {
             // One block a KV head; no partials (the output is the step's).
             let sp = Splits {
                 gqa: None,
@@ -606,23 +618,23 @@ pub fn rope_kv_attention(
             };
             let mut a = split_args(be, (0, 0), q, kv, batch, p, args.window, &sp);
             a.extend([Arg::U32(1), Arg::Step(Box::new(step))]);
-            be.launch(f, (p.num_kv_heads as u32, 1, 1), 32 * group as u32, &a);
+            be.launch(f, (p.num_kv_heads as u32, 1, 1), threads, &a);
         }
         None => split_attention(be, q, kv, batch, p, args, Some(step), out),
     }
 }
 
-/// The window form of the step's GQA kernel, and its group, where the span
+/// The window form of the step's GQA kernel, and its block's threads, where the span
 /// is sliding and its window's positions (at most the ring's capacity)
 /// fit the form's staged tiles.
-fn window_form<'a>(be: &'a Cuda, kv: &CudaKv, p: &AttnParams) -> Option<(&'a CudaFunction, usize)> {
+fn window_form<'a>(be: &'a Cuda, kv: &CudaKv, p: &AttnParams) -> Option<(&'a CudaFunction, u32)> {
     let AttnSpan::Sliding { window } = p.span else {
         return None;
     };
     let group = p.num_heads / p.num_kv_heads;
     let k = gqa_kernel(be, p.head_dim, group, kv.spec.dtype)?;
     let f = k.window?;
-    (window.min(kv.spec.capacity) <= WINDOW_TILES * k.tile).then_some((f, group))
+    (window.min(kv.spec.capacity) <= WINDOW_TILES * k.tile).then_some((f, k.threads(group)))
 }
 
 #[cfg(test)]
