@@ -57,7 +57,12 @@ fn one_row_ring(be: &Cuda, t: &GemvSegs, j: &GemvJob) -> bool {
 /// weights (no experts, 16-byte aligned rows), with at least
 /// [`STREAM_MIN_STAGES`] stages a block and at most [`STREAM_MAX_BYTES`],
 /// where ring, x and sums fit, and only while `TURBOSPARK_CUDA_STREAM` is
-/// not `0`.
+/// not `0`. (Llama-8B's down projection, 14,336 values a row, does not fit:
+/// its x takes 57 KB. A wide ring for it, one block of 153 or 185 KB an SM
+/// with the int8 kernel's cap, measured 429.4 -> 426.9 tok/s on 16 layers
+/// of bf16 (H200, thirty-second session), though that launch runs at 3.0
+/// TB/s against the streamed gate/up's 4.06: the q/k/v launch after it
+/// loses its ring fill beside it.)
 fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32) -> Option<u32> {
     let dense16 = matches!(
         w,
