@@ -432,8 +432,10 @@ fn same_both_ways(g: &Cuda, (s, p): &(Vec<CudaTensor>, Vec<CudaTensor>), what: &
 /// CPU, and tighter against the integer-activation kernels they stand in
 /// for: stages of 8 whole rows (k = 4,096 and 3,072) and of 2 (k =
 /// 14,336); a plain linear, one into the residual stream, three segments
-/// whose boundaries cut stages (q/k/v) behind a fused norm, and gate/up
-/// pairs of an odd height with their activation.
+/// whose boundaries cut stages (q/k/v) behind a fused norm, gate/up pairs
+/// of an odd height with their activation, and a launch as long as an
+/// lm_head is a block (100,000 rows: ~760 a block, 95 stages through a
+/// ring of 16).
 #[test]
 fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
     let Some(mut g) = gpu() else { return };
@@ -527,4 +529,17 @@ fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
             2.0 * gemv_tol(&g, &ws[0].1, 1),
         );
     }
+
+    // Last, so that the cases above keep the random inputs they were
+    // written with.
+    let (k, m) = (1024, 100_000);
+    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m]);
+    let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+    let outs = both_ways(&mut g, |g| {
+        let mut o = g.tensor(1, m);
+        g.linear(&gx, &ws[0].1, biases[0].as_ref().map(|b| &b.1), &mut o);
+        vec![o]
+    });
+    same_both_ways(&g, &outs, &what("long linear", k));
+    check_parts(&g, &cx, &ws, &biases, &outs.0, &what("long linear", k));
 }

@@ -29,9 +29,10 @@ const STREAM_STAGES: u32 = 3;
 /// (H200: Llama-8B's o projection, 8 stages a block, ran 13.4 µs streamed
 /// against 12.4; its q/k/v, 12 stages, 17.3 against 19.2).
 const STREAM_MIN_STAGES: u32 = 12;
-/// The most weight bytes a streamed launch reads: a launch this long
-/// gains nothing from an earlier start, and the other kernel reads faster
-/// (Llama-8B's lm_head at 4.28 TB/s, against 3.85 for the ring's best).
+/// The most weight bytes a streamed bf16/f16 launch reads: a launch this
+/// long gains nothing from an earlier start, and the other kernel reads
+/// faster (Llama-8B's lm_head at 4.28 TB/s, against 3.85 for the ring's
+/// best). The int8 ring has no such cap: see [`qx_stream`].
 const STREAM_MAX_BYTES: u64 = 512 << 20;
 /// The most dynamic shared memory a streamed bf16/f16 GEMV block takes
 /// (set on its kernels when they load; the int8 one has
@@ -114,8 +115,10 @@ struct QxStream {
 /// kernels serve the integer-activation path (`qx`) of int8 weights on one
 /// row of x and one job (no experts), rows of a multiple of 256 values
 /// (whole 16-byte copies of codes and scales) in 16-byte aligned matrices,
-/// at most [`STREAM_MAX_BYTES`] (the lm_head keeps the `_qx` kernel, which
-/// reads a long launch at ~4 TB/s), with at least two stages of the ring
+/// however long (the int8 lm_head, 558 MB, too: H200, Llama-8B int8,
+/// alternated in one call, 354.1, 353.6 tok/s on the `_qx` kernel against
+/// 357.6, 359.0 streamed; that launch spanned 192 µs in place, 2.9 TB/s),
+/// with at least two stages of the ring
 /// fitting beside x in the block's shared memory (`Cuda::qx_stream_shared`,
 /// see [`qx_ring`]), and only while `TURBOSPARK_CUDA_STREAM` is not `0`.
 /// Int4 keeps the `_qx` kernels: streamed, it measured slower (H200,
@@ -134,12 +137,7 @@ fn qx_stream(
     else {
         return None;
     };
-    let row = qx_row_bytes(j.k);
-    if !(one_row_ring(be, t, j)
-        && qx
-        && j.k.is_multiple_of(256)
-        && u64::from(rows) * u64::from(row) <= STREAM_MAX_BYTES)
-    {
+    if !(one_row_ring(be, t, j) && qx && j.k.is_multiple_of(256)) {
         return None;
     }
     qx_ring(j.k, rows, be.sm_count, t.glu != 0, be.qx_stream_shared)
