@@ -442,16 +442,7 @@ fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
     let mut rng = Rng(31);
     let fmt = "int8";
     let what = |op: &str, k: usize| format!("streamed {op} {fmt} k={k}");
-    let (k, m) = (4096, 5000);
-    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m]);
-    let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
-    let outs = both_ways(&mut g, |g| {
-        let mut o = g.tensor(1, m);
-        g.linear(&gx, &ws[0].1, biases[0].as_ref().map(|b| &b.1), &mut o);
-        vec![o]
-    });
-    same_both_ways(&g, &outs, &what("linear", k));
-    check_parts(&g, &cx, &ws, &biases, &outs.0, &what("linear", k));
+    streamed_linear(&mut g, &mut rng, fmt, 4096, 5000, &what("linear", 4096));
 
     let (k, m) = (14336, 1500);
     let (ws, _) = weight_set(&g, &mut rng, fmt, k, &[m]);
@@ -532,14 +523,20 @@ fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
 
     // Last, so that the cases above keep the random inputs they were
     // written with.
-    let (k, m) = (1024, 100_000);
-    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m]);
-    let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
-    let outs = both_ways(&mut g, |g| {
+    let what = what("long linear", 1024);
+    streamed_linear(&mut g, &mut rng, fmt, 1024, 100_000, &what);
+}
+
+/// One plain linear of `m` rows of `k` values in format `fmt`, streamed
+/// and not, against each other and the CPU.
+fn streamed_linear(g: &mut Cuda, rng: &mut Rng, fmt: &str, k: usize, m: usize, what: &str) {
+    let (ws, biases) = weight_set(g, rng, fmt, k, &[m]);
+    let (cx, gx) = tensors(g, &rng.vec(k, 1.0), 1, k);
+    let outs = both_ways(g, |g| {
         let mut o = g.tensor(1, m);
         g.linear(&gx, &ws[0].1, biases[0].as_ref().map(|b| &b.1), &mut o);
         vec![o]
     });
-    same_both_ways(&g, &outs, &what("long linear", k));
-    check_parts(&g, &cx, &ws, &biases, &outs.0, &what("long linear", k));
+    same_both_ways(g, &outs, what);
+    check_parts(g, &cx, &ws, &biases, &outs.0, what);
 }
