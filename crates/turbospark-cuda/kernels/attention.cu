@@ -229,7 +229,8 @@ ATT_PARTIAL(attn_partial_bf16kv, u16)
 // dependent loads, not its share of the work; BENCHMARKS.md, eleventh
 // session.)
 #define GQA_TILE_VALUES 4096
-// Two warps a query head (P = 2, the forms with head_dim 128 and 256):
+// Two warps a query head (P = 2, the forms with head_dim 128 and 256 and
+// four heads a group):
 // each scores and adds half of every tile's keys (lanes a key doubled, so
 // each lane's dot is half as long), and the pair merges its (m, l,
 // output) once, at the end, through shared memory, as attn_combine merges
@@ -239,9 +240,11 @@ ATT_PARTIAL(attn_partial_bf16kv, u16)
 // (GQA_BOUNDS: 48 warps an SM) so that as many blocks as before fit
 // beside the streamed q/k/v GEMV they start under (PDL), and copy their
 // first tile before its end: uncapped (64 registers) the bf16 model lost
-// 1.6%, at 48 it lost 1.5%, at 40 it is level. gpt-oss's head_dim 64
-// keeps one warp a head: two lost 2.1% (BENCHMARKS.md, thirty-second
-// session).
+// 1.6%, at 48 it lost 1.5%, at 40 it is level. Eight or more heads a
+// group keep one warp a head, as a pair makes their blocks 16 warps or
+// more: gpt-oss's head_dim 64 (g8) lost 2.1% with two (BENCHMARKS.md,
+// thirty-second session), Qwen3-30B-A3B's 128 (g8) 1.7% (16 of its
+// layers: 848.1, 844.7 tok/s against 831.9, 833.1; thirty-third).
 // One warp a head keeps the one-argument bound: NVRTC 13 compiles
 // `__launch_bounds__(n, 1)` differently (the head_dim-64 forms took 94-102
 // registers instead of 40-62).
@@ -666,7 +669,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
 ATT_GQA_KERNEL(attn_gqa_hd64_g8, 2, 8, 1)
 ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16, 1)
 ATT_GQA_KERNEL(attn_gqa_hd128_g4, 4, 4, 2)
-ATT_GQA_KERNEL(attn_gqa_hd128_g8, 4, 8, 2)
+ATT_GQA_KERNEL(attn_gqa_hd128_g8, 4, 8, 1)
 ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4, 2)
 
 // The window forms, W tiles of 32 slots (W · 32 positions) staged at once:

@@ -157,14 +157,15 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
     forms
         .into_iter()
         .find(|&(hd, g, ..)| head_dim <= hd && group <= g)
-        .map(|(hd, _, plain, step, window)| Gqa {
+        .map(|(hd, g, plain, step, window)| Gqa {
             plain,
             step,
             window,
             tile: (4096 / hd).min(32),
             // `P` of kernels/attention.cu's `ATT_GQA_KERNEL`s: two warps a
-            // head from head_dim 128 (the window forms are 64's).
-            warps: if hd >= 128 { 2 } else { 1 },
+            // head from head_dim 128 with four heads a group (the window
+            // forms are 64's).
+            warps: if hd >= 128 && g <= 4 { 2 } else { 1 },
         })
 }
 
