@@ -433,9 +433,9 @@ fn same_both_ways(g: &Cuda, (s, p): &(Vec<CudaTensor>, Vec<CudaTensor>), what: &
 /// for: stages of 8 whole rows (k = 4,096 and 3,072) and of 2 (k =
 /// 14,336); a plain linear, one into the residual stream, three segments
 /// whose boundaries cut stages (q/k/v) behind a fused norm, gate/up pairs
-/// of an odd height with their activation, and a launch as long as an
-/// lm_head is a block (100,000 rows: ~760 a block, 95 stages through a
-/// ring of 16).
+/// of an odd height with their activation, and a launch with as many rows
+/// a block as an lm_head has (100,000 rows: ~760 a block, 95 stages
+/// through a ring of 16).
 #[test]
 fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
     let Some(mut g) = gpu() else { return };

@@ -115,12 +115,13 @@ struct QxStream {
 /// kernels serve the integer-activation path (`qx`) of int8 weights on one
 /// row of x and one job (no experts), rows of a multiple of 256 values
 /// (whole 16-byte copies of codes and scales) in 16-byte aligned matrices,
-/// however long (the int8 lm_head, 558 MB, too: H200, Llama-8B int8,
-/// alternated in one call, 354.1, 353.6 tok/s on the `_qx` kernel against
-/// 357.6, 359.0 streamed; that launch spanned 192 µs in place, 2.9 TB/s),
-/// with at least two stages of the ring
-/// fitting beside x in the block's shared memory (`Cuda::qx_stream_shared`,
-/// see [`qx_ring`]), and only while `TURBOSPARK_CUDA_STREAM` is not `0`.
+/// with at least two stages of the ring fitting beside x in the block's
+/// shared memory (`Cuda::qx_stream_shared`, see [`qx_ring`]), and only
+/// while `TURBOSPARK_CUDA_STREAM` is not `0`. However long: unlike the
+/// bf16 ring, the int8 one has no [`STREAM_MAX_BYTES`] (its 558 MB lm_head
+/// on Llama-8B, H200, alternated in one call: 354.1, 353.6 tok/s on the
+/// `_qx` kernel, which spanned 192 µs in place, 2.9 TB/s, against 357.6,
+/// 359.0 streamed).
 /// Int4 keeps the `_qx` kernels: streamed, it measured slower (H200,
 /// Llama-8B: 313 against 385 tok/s; BENCHMARKS.md, twelfth session).
 fn qx_stream(
