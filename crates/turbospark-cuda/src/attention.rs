@@ -1,4 +1,5 @@
-//! The KV store on the device and attention over it (kernels/attention.cu).
+//! The KV store on the device and attention over it (kernels/attention.cu,
+//! its splits merged by kernels/attention_combine.cu).
 //!
 //! The store is a ring of `capacity` slots with the CPU backend's semantics
 //! (crates/turbospark-cpu/src/attention.rs): slot `p % capacity` holds the
@@ -35,7 +36,7 @@ const MIN_SLOTS_PER_SPLIT: usize = 32;
 /// fewer (decode) take the split-KV kernels, which compute in f32 on K/V
 /// as stored.
 const FLASH_MIN_ROWS: usize = 16;
-/// Most splits of one (row, head): `ATT_MAX_SPLITS` in kernels/attention.cu.
+/// Most splits of one (row, head): `ATT_MAX_SPLITS` in kernels/attention_combine.cu.
 const MAX_SPLITS: usize = 256;
 /// Warps the GQA kernel's splits aim for at least, per SM: each warp's
 /// tiles are latency-bound (copy, score, softmax, values in turn), so the
