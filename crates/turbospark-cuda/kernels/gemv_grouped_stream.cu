@@ -139,6 +139,7 @@ __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* 
     if (sg.norm) norm_part(ss, parts);
     consumers_sync();  // the codes (and the norm's parts) complete
     const float rf = sg.norm ? norm_factor(sg, parts, GS_WARPS, k, x) : 1.0f;
+    TS_PHASE(1);  // x rounded (and normed)
     for (u32 t = 0; t < tiles; t++) {
         const u32 slot = t % stages, nr = min(R, n - t * R);
         mbar_wait(&full[slot], (t / stages) & 1u);
@@ -178,14 +179,17 @@ __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* 
         if ((lane & 7u) == 0 && r < grs && i < nr) res[(t * R + i) * wpr + part] = a;
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[slot]);
+        if (t == 0) TS_PHASE(2);  // the first stage's rows summed (warp 0's)
     }
     consumers_sync();  // every row's parts in res
+    TS_PHASE(3);  // every stage's rows summed
     // A row's parts summed in order.
     stream_store(sg, pairs, v0, n, rf, bias_dt, [&](u32 v) {
         float s = 0.0f;
         for (u32 w = 0; w < wpr; w++) s += res[v * wpr + w];
         return s;
     });
+    TS_PHASE(4);  // stored
 }
 #define GEMV_QX_STREAM_BODY(F) gemv_qx_stream<F>(sg, x, bias_dt, k, rows, stages);
 #else
