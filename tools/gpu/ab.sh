@@ -11,7 +11,8 @@
 # PROMPT_LEN and GEN_LEN (default 2048 and 128) set the bench's lengths:
 # GEN_LEN=16 for prefill alone costs about a third of the time.
 # BINS (default "turbospark_old turbospark") names the builds to
-# alternate, e.g. those `PATCHES=... tools/gpu/bundle.sh` made.
+# alternate, e.g. those `PATCHES=... tools/gpu/bundle.sh` made; an entry
+# VAR=VALUE@NAME runs build NAME with VAR set (one knob of one build).
 # A knob of one build (no OLD_REV build needed): knobs.sh.
 . "$(dirname "$0")/common.sh"
 reps=$1
@@ -19,8 +20,11 @@ shift
 for p in "$@"; do
     for _ in $(seq "$reps"); do
         for b in ${BINS:-turbospark_old turbospark}; do
-            # shellcheck disable=SC2086 # the preset carries its flags
-            line=$(timeout 200 ".device/$b" bench --device cuda --json --synthetic $p \
+            # An entry VAR=VALUE@NAME runs build NAME with VAR set.
+            envs="" bin=$b
+            case $b in *@*) envs=${b%@*} bin=${b#*@} ;; esac
+            # shellcheck disable=SC2086 # the preset carries its flags, envs its setting
+            line=$(timeout 200 env $envs ".device/$bin" bench --device cuda --json --synthetic $p \
                 --prompt-len "${PROMPT_LEN:-2048}" --gen-len "${GEN_LEN:-128}" 2>/dev/null | tail -1)
             bench_line "$b" "$p" "$line"
         done

@@ -10,7 +10,9 @@
 # patch applied in place (and taken off again: the tree must be clean
 # where they touch it) as .device/turbospark_<patch name>, for
 # `BINS=... ab.sh`; each costs an incremental build (~1 minute for a
-# kernel-only patch).
+# kernel-only patch), and with PATCH_TESTS=1 also its TESTS binaries as
+# .device/TEST_<patch name> (the device tool carries 64 MiB with the
+# ~47 MB tree: three CLIs and three test binaries fit).
 # Run `.device/suite.sh` or `.device/ab.sh` from the repository root there
 # (carry [".device"]); both unpack the binaries first.
 set -euo pipefail
@@ -28,12 +30,23 @@ tests=${TESTS:-parity parity_kv parity_linear parity_moe sampling fixtures_on_gp
 for t in $tests; do
     cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t"
 done
+patched_tests=""
 for patch in ${PATCHES:-}; do
     name=$(basename "$patch" .patch)
     git apply "$patch"
     ok=1
     cargo build --release -p turbospark --features cuda || ok=0
     [ "$ok" = 1 ] && cp target/release/turbospark ".device/turbospark_$name"
+    # With PATCH_TESTS=1 the test binaries too, as .device/TEST_NAME: the
+    # kernels are compiled into each binary, so a patched kernel is tested
+    # only by a patched test binary.
+    if [ "$ok" = 1 ] && [ "${PATCH_TESTS:-0}" = 1 ]; then
+        pp=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
+        for t in $tests; do
+            cp "$(grep "/$t-" <<<"$pp" | head -1)" ".device/${t}_$name" || ok=0
+            patched_tests="$patched_tests ${t}_$name"
+        done
+    fi
     git apply -R "$patch"
     [ "$ok" = 1 ] || { echo "bundle.sh: $patch does not build" >&2; exit 1; }
 done
@@ -47,7 +60,7 @@ if [ -n "${OLD_REV:-}" ]; then
     cp target/old-target/release/turbospark .device/turbospark_old
     git worktree remove --force "$wt"
 fi
-for b in .device/turbospark* $(printf ".device/%s " $tests); do
+for b in .device/turbospark* $(printf ".device/%s " $tests $patched_tests); do
     strip "$b"
     gzip -9 "$b"
 done
