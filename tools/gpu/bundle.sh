@@ -18,18 +18,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -p turbospark --features cuda
-# `--no-run` prints each test binary's path ("Executable ... (path)").
-paths=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
-rm -rf .device
-mkdir -p .device
-cp target/release/turbospark .device/
 # TESTS picks the test binaries (default: all eight). The device tool
 # carries at most 64 MiB with the ~47 MB tree: each extra CLI is ~4.5 MB
 # gzipped, so with PATCHES keep TESTS to those the call runs.
 tests=${TESTS:-parity parity_kv parity_linear parity_moe sampling fixtures_on_gpu flash_attention memory}
-for t in $tests; do
-    cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t"
-done
+# The tree's CUDA test binaries, built, copied as .device/TEST$1 (`--no-run`
+# prints each one's path: "Executable ... (path)").
+copy_tests() {
+    local paths t
+    paths=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
+    for t in $tests; do
+        cp "$(grep "/$t-" <<<"$paths" | head -1)" ".device/$t$1" || return 1
+    done
+}
+rm -rf .device
+mkdir -p .device
+cp target/release/turbospark .device/
+copy_tests ""
 patched_tests=""
 for patch in ${PATCHES:-}; do
     name=$(basename "$patch" .patch)
@@ -41,11 +46,8 @@ for patch in ${PATCHES:-}; do
     # kernels are compiled into each binary, so a patched kernel is tested
     # only by a patched test binary.
     if [ "$ok" = 1 ] && [ "${PATCH_TESTS:-0}" = 1 ]; then
-        pp=$(cargo test --release -p turbospark-cuda --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
-        for t in $tests; do
-            cp "$(grep "/$t-" <<<"$pp" | head -1)" ".device/${t}_$name" || ok=0
-            patched_tests="$patched_tests ${t}_$name"
-        done
+        copy_tests "_$name" || ok=0
+        for t in $tests; do patched_tests="$patched_tests ${t}_$name"; done
     fi
     git apply -R "$patch"
     [ "$ok" = 1 ] || { echo "bundle.sh: $patch does not build" >&2; exit 1; }
