@@ -85,12 +85,23 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
     }
     let k = &be.k;
     let window = |f| be.window_attention.then_some(f);
+    // (hd, G, P, ...) as kernels/attention.cu's `ATT_GQA_KERNEL(name, J, G,
+    // P)` lines: P warps a query head (two from head_dim 128 with four heads
+    // a group; the window forms are hd 64's, one warp a head).
     let forms = match dtype {
         KvDtype::F32 => [
-            (64, 8, &k.attn_gqa_hd64_g8, &k.attn_gqa_hd64_g8_step, None),
+            (
+                64,
+                8,
+                1,
+                &k.attn_gqa_hd64_g8,
+                &k.attn_gqa_hd64_g8_step,
+                None,
+            ),
             (
                 64,
                 16,
+                1,
                 &k.attn_gqa_hd64_g16,
                 &k.attn_gqa_hd64_g16_step,
                 None,
@@ -98,6 +109,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 128,
                 4,
+                2,
                 &k.attn_gqa_hd128_g4,
                 &k.attn_gqa_hd128_g4_step,
                 None,
@@ -105,6 +117,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 128,
                 8,
+                1,
                 &k.attn_gqa_hd128_g8,
                 &k.attn_gqa_hd128_g8_step,
                 None,
@@ -112,6 +125,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 256,
                 4,
+                2,
                 &k.attn_gqa_hd256_g4,
                 &k.attn_gqa_hd256_g4_step,
                 None,
@@ -121,6 +135,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 64,
                 8,
+                1,
                 &k.attn_gqa_hd64_g8_bf16kv,
                 &k.attn_gqa_hd64_g8_bf16kv_step,
                 window(&k.attn_gqa_hd64_g8_bf16kv_window),
@@ -128,6 +143,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 64,
                 16,
+                1,
                 &k.attn_gqa_hd64_g16_bf16kv,
                 &k.attn_gqa_hd64_g16_bf16kv_step,
                 window(&k.attn_gqa_hd64_g16_bf16kv_window),
@@ -135,6 +151,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 128,
                 4,
+                2,
                 &k.attn_gqa_hd128_g4_bf16kv,
                 &k.attn_gqa_hd128_g4_bf16kv_step,
                 None,
@@ -142,6 +159,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 128,
                 8,
+                1,
                 &k.attn_gqa_hd128_g8_bf16kv,
                 &k.attn_gqa_hd128_g8_bf16kv_step,
                 None,
@@ -149,6 +167,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             (
                 256,
                 4,
+                2,
                 &k.attn_gqa_hd256_g4_bf16kv,
                 &k.attn_gqa_hd256_g4_bf16kv_step,
                 None,
@@ -158,15 +177,12 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
     forms
         .into_iter()
         .find(|&(hd, g, ..)| head_dim <= hd && group <= g)
-        .map(|(hd, g, plain, step, window)| Gqa {
+        .map(|(hd, _, warps, plain, step, window)| Gqa {
             plain,
             step,
             window,
             tile: (4096 / hd).min(32),
-            // `P` of kernels/attention.cu's `ATT_GQA_KERNEL`s: two warps a
-            // head from head_dim 128 with four heads a group (the window
-            // forms are 64's).
-            warps: if hd >= 128 && g <= 4 { 2 } else { 1 },
+            warps,
         })
 }
 
