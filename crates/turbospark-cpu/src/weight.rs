@@ -72,14 +72,7 @@ impl CpuWeight {
     }
 
     pub fn quantized(t: &HostTensor<'_>, quant: Quant) -> Result<Self> {
-        if t.shape.len() != 2 || !t.shape[1].is_multiple_of(QUANT_GROUP) {
-            return Err(BackendError::Unsupported(format!(
-                "tensor `{}` {:?}: --quant needs 2-D weights with rows a multiple of {QUANT_GROUP} wide",
-                t.name, t.shape
-            )));
-        }
-        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant)
-            .map_err(|e| BackendError::Unsupported(format!("tensor `{}`: {e}", t.name)))?;
+        let (codes, scales) = turbospark_backend::quant::quantize_weight(t, quant)?;
         Ok(CpuWeight {
             data: WeightData::Quantized {
                 quant,

@@ -149,14 +149,7 @@ impl CudaWeight {
     }
 
     pub(crate) fn quantized(be: &Cuda, t: &HostTensor<'_>, quant: Quant) -> Result<Self> {
-        if t.shape.len() != 2 || !t.shape[1].is_multiple_of(QUANT_GROUP) || t.dtype == DType::U8 {
-            return Err(BackendError::Unsupported(format!(
-                "tensor `{}` {:?}: --quant needs 2-D float weights with rows a multiple of {QUANT_GROUP} wide",
-                t.name, t.shape
-            )));
-        }
-        let (codes, scales) = turbospark_backend::quant::quantize(&t.to_f32(), quant)
-            .map_err(|e| BackendError::Unsupported(format!("tensor `{}`: {e}", t.name)))?;
+        let (codes, scales) = turbospark_backend::quant::quantize_weight(t, quant)?;
         let scale_bits: Vec<u16> = scales.iter().map(|s| s.to_bits()).collect();
         let what = || format!("tensor `{}` ({quant:?})", t.name);
         Ok(CudaWeight {

@@ -1,7 +1,8 @@
 //! Safetensors checkpoints: one `model.safetensors`, or shards listed by
 //! `model.safetensors.index.json`. Files are memory-mapped (memmap2); a tensor
 //! is handed out as a borrowed byte slice with its dtype and shape, and the
-//! backend decides how to store it. This module never converts or copies data.
+//! backend decides how to store it. This module copies no data; it widens
+//! values to f32 only when a caller asks (`HostTensor::to_f32`).
 //!
 //! [`TensorSource`] is what the model loader reads from: a [`Checkpoint`]
 //! lends mapped bytes, other sources (random weights generated in memory for
@@ -44,23 +45,29 @@ impl HostTensor<'_> {
         Ok(())
     }
 
-    /// The values widened to f32 (for small tensors: norms, biases).
+    /// The values widened to f32 (for small tensors: norms, biases; a
+    /// large one is widened a piece at a time, [`HostTensor::to_f32_into`]).
     pub fn to_f32(&self) -> Vec<f32> {
-        let b = self.bytes;
+        let mut out = vec![0.0; self.bytes.len() / self.dtype.size()];
+        self.to_f32_into(0, &mut out);
+        out
+    }
+
+    /// Values `start .. start + out.len()` (in storage order) widened to f32
+    /// into `out`. Panics past the tensor's end.
+    pub fn to_f32_into(&self, start: usize, out: &mut [f32]) {
+        let size = self.dtype.size();
+        let b = &self.bytes[start * size..(start + out.len()) * size];
+        fn widen<const N: usize>(out: &mut [f32], b: &[u8], f: impl Fn([u8; N]) -> f32) {
+            for (o, c) in out.iter_mut().zip(b.chunks_exact(N)) {
+                *o = f(c.try_into().expect("N bytes"));
+            }
+        }
         match self.dtype {
-            DType::F32 => b
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            DType::BF16 => b
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            DType::F16 => b
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            DType::U8 => b.iter().map(|&x| x as f32).collect(),
+            DType::F32 => widen(out, b, f32::from_le_bytes),
+            DType::BF16 => widen(out, b, |c| half::bf16::from_le_bytes(c).to_f32()),
+            DType::F16 => widen(out, b, |c| half::f16::from_le_bytes(c).to_f32()),
+            DType::U8 => widen(out, b, |[c]| c as f32),
         }
     }
 }
@@ -311,4 +318,60 @@ fn shard_files(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A range widened in place holds the same values as the whole tensor
+    /// widened, for every stored dtype, from an offset inside it.
+    #[test]
+    fn a_range_widens_to_the_values_at_its_offset() {
+        let values = [1.5f32, -2.25, 0.0, 3.0e-3, -7.0, 65504.0];
+        let cases: [(DType, Vec<u8>); 4] = [
+            (
+                DType::F32,
+                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+            (
+                DType::BF16,
+                values
+                    .iter()
+                    .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                    .collect(),
+            ),
+            (
+                DType::F16,
+                values
+                    .iter()
+                    .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                    .collect(),
+            ),
+            (DType::U8, vec![0, 1, 2, 200, 254, 255]),
+        ];
+        for (dtype, bytes) in cases {
+            let t = HostTensor {
+                name: "w",
+                dtype,
+                shape: &[2, 3],
+                bytes: &bytes,
+            };
+            let all = t.to_f32();
+            assert_eq!(all.len(), 6, "{dtype:?}");
+            if dtype == DType::F32 {
+                assert_eq!(all, values);
+            }
+            let mut part = [f32::NAN; 3];
+            t.to_f32_into(2, &mut part);
+            assert_eq!(part, all[2..5], "{dtype:?}");
+        }
+        let t = HostTensor {
+            name: "w",
+            dtype: DType::BF16,
+            shape: &[2],
+            bytes: &[0x40, 0x3f, 0xc0, 0xbf],
+        };
+        assert_eq!(t.to_f32(), [0.75, -1.5]);
+    }
 }
