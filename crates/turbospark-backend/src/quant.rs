@@ -27,6 +27,14 @@ impl Quant {
             Quant::Int4 => 7.0,
         }
     }
+
+    /// Bytes of one group's codes.
+    fn group_bytes(self) -> usize {
+        match self {
+            Quant::Int8 => QUANT_GROUP,
+            Quant::Int4 => QUANT_GROUP / 2,
+        }
+    }
 }
 
 /// Values per quantization scale.
@@ -80,10 +88,7 @@ fn quantize_pieces(
     read: impl Fn(usize, &mut [f32]) + Sync,
 ) -> Result<(Vec<u8>, Vec<f16>), String> {
     let groups = n / QUANT_GROUP;
-    let group_bytes = match q {
-        Quant::Int8 => QUANT_GROUP,
-        Quant::Int4 => QUANT_GROUP / 2,
-    };
+    let group_bytes = q.group_bytes();
     let mut codes = vec![0u8; groups * group_bytes];
     let mut scales = vec![f16::ZERO; groups];
     let errors: Vec<String> = codes
@@ -102,7 +107,8 @@ fn quantize_pieces(
     }
 }
 
-/// [`quantize`] of whole groups into `codes` and `scales` (their sizes).
+/// [`quantize`] of whole groups into `codes` and `scales` (as many groups
+/// as `scales` holds).
 fn quantize_groups(
     values: &[f32],
     q: Quant,
@@ -110,11 +116,10 @@ fn quantize_groups(
     scales: &mut [f16],
 ) -> Result<(), String> {
     let qmax = q.qmax();
-    let group_bytes = codes.len() / scales.len().max(1);
     for ((g, scale), out) in values
         .chunks_exact(QUANT_GROUP)
         .zip(scales.iter_mut())
-        .zip(codes.chunks_exact_mut(group_bytes))
+        .zip(codes.chunks_exact_mut(q.group_bytes()))
     {
         let max = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         *scale = f16_at_least(max / qmax).ok_or_else(|| {
