@@ -50,7 +50,8 @@ __device__ __forceinline__ void add_weighted(float4& o, float4 v, float w) {
 extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     attn_combine(float* out, const float* part_o, const float* part_ml, const void* sinks,
                  int sinks_dt, u32 num_heads, u32 head_dim, u32 splits, const u32* positions,
-                 i64 window, u32 slot_lo, u32 slot_hi, u32 per_split, u32 capacity) {
+                 i64 window, u32 slot_lo, u32 slot_hi, u32 per_split, u32 capacity,
+                 int release_first) {
     const u32 rh = blockIdx.x, head = rh % num_heads;
     // The sink is a weight and the position comes from the host: both are
     // read before waiting for the previous kernel, and so is which splits
@@ -71,7 +72,14 @@ extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     const u32 cols = vec ? head_dim / 4 : head_dim;
     const u32 phases = blockDim.x / cols, phase = threadIdx.x / cols, c = threadIdx.x % cols;
     const bool active = phase < phases;
-    pdl_enter();
+    // `release_first` (where int4 weights were uploaded: src/lib.rs
+    // `int4_linears`)
+    // lets the output projection after this launch start before the wait:
+    // its blocks then take the SMs the attention step leaves and fetch
+    // their first weights while it still runs, instead of only once this
+    // launch has waited. It reads nothing else before its own wait, which
+    // still waits for this launch to end.
+    pdl_enter(release_first != 0);
     float ms = NEG_INF, ls = 0.0f;
     if (seen) {
         ms = ml[2 * threadIdx.x];

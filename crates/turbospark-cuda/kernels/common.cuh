@@ -174,18 +174,28 @@ __device__ __forceinline__ void ts_phase(u32 k) {
 #define TS_PHASE(k) ((void)0)
 #endif
 
-__device__ __forceinline__ void pdl_enter() {
+// Programmatic dependent launch: waits for the previous kernel to finish
+// (its writes visible), then lets the next kernel's blocks launch (they
+// run up to their own wait beside this kernel's, where the SM has room).
+// Waiting first means a kernel's dependents start only once it has
+// waited, so nothing runs ahead of the kernel before it: the MoE down's
+// early read of its experts and moe_norm_route's one ticket rely on that.
+// `release_first` lets them launch before the wait instead (the same for
+// every thread), for a kernel whose dependent reads nothing but weights
+// before its own wait (attn_combine: see there).
+__device__ __forceinline__ void pdl_enter(bool release_first = false) {
 #ifdef TS_TRACE
     const u64 reached = ts_clock();
 #endif
 #if __CUDA_ARCH__ >= 900
+    if (release_first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #ifdef TS_TRACE
     ts_mark(reached);
 #endif
 #if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (!release_first) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

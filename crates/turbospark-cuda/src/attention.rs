@@ -553,6 +553,7 @@ fn combine(
             Arg::U32(sp.hi as u32),
             Arg::U32(sp.per_split as u32),
             Arg::U32(kv.spec.capacity as u32),
+            Arg::I32(be.int4_linears().into()),
         ],
     );
 }

@@ -51,6 +51,9 @@ impl Backend for Cuda {
     }
 
     fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<CudaWeight> {
+        if q == Quant::Int4 {
+            self.int4_linears.store(true, Ordering::Relaxed);
+        }
         CudaWeight::quantized(self, t, q)
     }
 

@@ -156,6 +156,15 @@ pub struct Cuda {
     route_shared: u32,
     /// `moe_norm_route`'s ticket (its blocks done): 0 between launches.
     route_ticket: CudaSlice<u32>,
+    /// Whether int4 weights were uploaded (`--quant int4` quantizes every
+    /// linear, the output projections included): `attn_combine` then
+    /// releases the output projection before its wait. Measured on the
+    /// H200, the combine's release first against after, one call,
+    /// alternated, full models: Llama-8B int4 528.5 -> 539.4 tok/s, int8
+    /// 357.5 -> 360.3 (level: 16 layers 678.6 -> 677.7), gpt-oss-20b
+    /// 529.9 -> 527.3, bf16 227.2 -> 216.9 (why bf16's `gemv_bf16_x1` o
+    /// loses was not measured). So only for int4.
+    int4_linears: AtomicBool,
     /// Attend a decode step's short sliding window in one block a KV head
     /// with no combine (unless `TURBOSPARK_CUDA_WINDOW_ATTENTION=0`; see
     /// `attention::rope_kv_attention`).
@@ -294,10 +303,16 @@ impl Cuda {
                 && std::env::var("TURBOSPARK_CUDA_FUSED_ROUTE").map_or(true, |v| v != "0"),
             route_shared: optin_dynamic,
             route_ticket,
+            int4_linears: AtomicBool::new(false),
             trace,
             window_attention: std::env::var("TURBOSPARK_CUDA_WINDOW_ATTENTION")
                 .map_or(true, |v| v != "0"),
         })
+    }
+
+    /// Whether int4 weights were uploaded (see the field).
+    pub(crate) fn int4_linears(&self) -> bool {
+        self.int4_linears.load(Ordering::Relaxed)
     }
 
     /// The GPU's name, e.g. "NVIDIA H200".

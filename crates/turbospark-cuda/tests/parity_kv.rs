@@ -9,7 +9,7 @@
 //! Tolerances: `common/tolerances.rs`. Without a CUDA device each test
 //! prints "skipped: no CUDA device" and passes.
 
-use turbospark_backend::{AttnParams, Backend, KvDtype, KvSpec, RopeTable};
+use turbospark_backend::{AttnParams, Backend, KvDtype, KvSpec, Quant, RopeTable};
 use turbospark_cpu::{Cpu, CpuKv, CpuTensor};
 use turbospark_cuda::{Cuda, CudaKv, CudaTensor, Precision};
 use turbospark_format::{AttnSpan, DType};
@@ -448,6 +448,78 @@ fn recorded_decode_attention_replays_at_new_positions() {
                 F32_TOL
             };
             check(&what, &g, &out, &c, tol);
+        }
+    }
+}
+
+/// A recorded decode step's attention over several splits and its int4
+/// output projection, replayed, equal the CPU's eager steps. With int4
+/// weights uploaded, `attn_combine` releases the projection before its own
+/// wait (src/lib.rs `int4_linears`), so the projection's blocks start while
+/// attention still runs: this holds it to reading nothing but weights
+/// before its wait (a build whose int4 GEMV rounded x before waiting failed
+/// here).
+#[test]
+fn recorded_attention_and_int4_projection_replay_as_the_cpus() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(31);
+    let p = AttnParams {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+        span: AttnSpan::Full,
+        softcap: None,
+    };
+    let rope = rope_table(64, 32, 1.0);
+    let (kv_dim, q_dim, hidden) = (2 * 64, 8 * 64, 256);
+    let o = quantized(
+        &g,
+        &rng.vec(hidden * q_dim, 0.5),
+        [hidden, q_dim],
+        Quant::Int4,
+    );
+    for dtype in KV_DTYPES {
+        let spec = KvSpec {
+            capacity: 200,
+            kv_dim,
+            dtype,
+        };
+        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
+        let (mut gq, mut gk, mut gv) =
+            (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
+        let mut gb = g.batch(&[0], &[0]);
+        let (mut attn, mut y) = (g.tensor(1, q_dim), g.tensor(1, hidden));
+        assert!(g.begin_graph(), "the CUDA backend records");
+        let qkv = (&mut gq, &mut gk, &gv);
+        g.rope_kv_attention(qkv, &mut gkv, &gb, &rope, &p, None, &mut attn);
+        g.linear(&attn, &o.1, None, &mut y);
+        let graph = g.end_graph().expect("a recording");
+        for pos in 0..160u32 {
+            let gqkv = (&mut gq, &mut gk, &mut gv);
+            let (mut cq, mut ck, cv) = next_step_inputs(&g, &mut rng, gqkv, 1.0);
+            g.set_batch(&mut gb, &[0], &[pos]);
+            g.replay(&graph);
+            let cb = Cpu.batch(&[0], &[pos]);
+            let (mut ca, mut cy) = (Cpu.tensor(1, q_dim), Cpu.tensor(1, hidden));
+            let qkv = (&mut cq, &mut ck, &cv);
+            Cpu.rope_kv_attention(qkv, &mut ckv, &cb, &rope, &p, None, &mut ca);
+            Cpu.linear(&ca, &o.0, None, &mut cy);
+            let what = format!("{dtype:?} store, position {pos}");
+            check(
+                &format!("attention, {what}"),
+                &g,
+                &attn,
+                &ca,
+                rotated_attention_tol(dtype),
+            );
+            check(
+                &format!("int4 projection, {what}"),
+                &g,
+                &y,
+                &cy,
+                GEMV_INT8_X_TOL,
+            );
         }
     }
 }
