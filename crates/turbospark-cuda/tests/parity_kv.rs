@@ -11,7 +11,7 @@
 
 use turbospark_backend::{AttnParams, Backend, KvDtype, KvSpec, Quant, RopeTable};
 use turbospark_cpu::{Cpu, CpuKv, CpuTensor};
-use turbospark_cuda::{Cuda, CudaKv, CudaTensor, Precision};
+use turbospark_cuda::{Cuda, CudaBatch, CudaKv, CudaTensor, Precision};
 use turbospark_format::{AttnSpan, DType};
 
 mod common;
@@ -184,6 +184,30 @@ fn rope_kv_write_equals_rope_rope_kv_write() {
 /// A recorded step's next inputs: random q, k and v rows (values within
 /// ±`scale`) copied into the tensors the recording reads, and the CPU's
 /// copies of them.
+/// Eight query heads of 64 over two KV heads (one GQA group of four).
+fn eight_heads_over_two(span: AttnSpan, softcap: Option<f32>) -> AttnParams {
+    AttnParams {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+        span,
+        softcap,
+    }
+}
+
+/// Both backends' stores of `spec`, and the GPU's one-row q, k, v and
+/// batch (position 0) that a recorded decode step reads.
+fn one_row(g: &Cuda, spec: KvSpec, q_dim: usize) -> (CpuKv, CudaKv, QkvRow, CudaBatch) {
+    let kv = spec.kv_dim;
+    let row = (g.tensor(1, q_dim), g.tensor(1, kv), g.tensor(1, kv));
+    let kvs = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
+    (kvs.0, kvs.1, row, g.batch(&[0], &[0]))
+}
+
+/// A decode row's q, k and v on the GPU.
+type QkvRow = (CudaTensor, CudaTensor, CudaTensor);
+
 fn next_step_inputs(
     g: &Cuda,
     rng: &mut Rng,
@@ -215,10 +239,7 @@ fn recorded_rope_kv_write_replays_at_new_positions() {
             kv_dim,
             dtype,
         };
-        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
-        let (mut gq, mut gk, mut gv) =
-            (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
-        let mut gb = g.batch(&[0], &[0]);
+        let (mut ckv, mut gkv, (mut gq, mut gk, mut gv), mut gb) = one_row(&g, spec, q_dim);
         assert!(g.begin_graph(), "the CUDA backend records");
         g.rope_kv_write(&mut gq, &mut gk, &gv, &mut gkv, hd, &gb, &rope);
         let graph = g.end_graph().expect("a recording");
@@ -394,14 +415,7 @@ fn attention_full_sliding_gqa_sinks_softcap() {
 fn recorded_decode_attention_replays_at_new_positions() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng(21);
-    let p = AttnParams {
-        num_heads: 8,
-        num_kv_heads: 2,
-        head_dim: 64,
-        scale: 0.125,
-        span: AttnSpan::Sliding { window: 6 },
-        softcap: Some(3.0),
-    };
+    let p = eight_heads_over_two(AttnSpan::Sliding { window: 6 }, Some(3.0));
     let rope = rope_table(64, 32, 1.0);
     let (kv_dim, q_dim) = (2 * 64, 8 * 64);
     let s = weight(&g, &rng.vec(8, 2.0), &[8], DType::F32);
@@ -414,10 +428,7 @@ fn recorded_decode_attention_replays_at_new_positions() {
             kv_dim,
             dtype,
         };
-        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
-        let (mut gq, mut gk, mut gv) =
-            (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
-        let mut gb = g.batch(&[0], &[0]);
+        let (mut ckv, mut gkv, (mut gq, mut gk, mut gv), mut gb) = one_row(&g, spec, q_dim);
         let mut out = g.tensor(1, q_dim);
         assert!(g.begin_graph(), "the CUDA backend records");
         if fused {
@@ -463,14 +474,7 @@ fn recorded_decode_attention_replays_at_new_positions() {
 fn recorded_attention_and_int4_projection_replay_as_the_cpus() {
     let Some(g) = gpu() else { return };
     let mut rng = Rng(31);
-    let p = AttnParams {
-        num_heads: 8,
-        num_kv_heads: 2,
-        head_dim: 64,
-        scale: 0.125,
-        span: AttnSpan::Full,
-        softcap: None,
-    };
+    let p = eight_heads_over_two(AttnSpan::Full, None);
     let rope = rope_table(64, 32, 1.0);
     let (kv_dim, q_dim, hidden) = (2 * 64, 8 * 64, 256);
     let o = quantized(
@@ -485,10 +489,7 @@ fn recorded_attention_and_int4_projection_replay_as_the_cpus() {
             kv_dim,
             dtype,
         };
-        let (mut ckv, mut gkv) = (Cpu.kv_alloc(spec).unwrap(), g.kv_alloc(spec).unwrap());
-        let (mut gq, mut gk, mut gv) =
-            (g.tensor(1, q_dim), g.tensor(1, kv_dim), g.tensor(1, kv_dim));
-        let mut gb = g.batch(&[0], &[0]);
+        let (mut ckv, mut gkv, (mut gq, mut gk, mut gv), mut gb) = one_row(&g, spec, q_dim);
         let (mut attn, mut y) = (g.tensor(1, q_dim), g.tensor(1, hidden));
         assert!(g.begin_graph(), "the CUDA backend records");
         let qkv = (&mut gq, &mut gk, &gv);
