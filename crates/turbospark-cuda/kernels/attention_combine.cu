@@ -73,12 +73,11 @@ extern "C" __global__ void __launch_bounds__(ATT_COMBINE_THREADS)
     const u32 phases = blockDim.x / cols, phase = threadIdx.x / cols, c = threadIdx.x % cols;
     const bool active = phase < phases;
     // `release_first` (where int4 weights were uploaded: src/lib.rs
-    // `int4_linears`)
-    // lets the output projection after this launch start before the wait:
-    // its blocks then take the SMs the attention step leaves and fetch
-    // their first weights while it still runs, instead of only once this
-    // launch has waited. It reads nothing else before its own wait, which
-    // still waits for this launch to end.
+    // `int4_linears`) lets the output projection after this launch start
+    // before the wait: its blocks then take the SMs the attention step
+    // leaves and fetch their first weights while it still runs, instead of
+    // only once this launch has waited. It reads nothing else before its
+    // own wait, which still waits for this launch to end.
     pdl_enter(release_first != 0);
     float ms = NEG_INF, ls = 0.0f;
     if (seen) {
