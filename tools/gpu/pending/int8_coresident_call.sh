@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in the thirty-seventh session for one device call (~5 minutes):
+# Prepared in the thirty-seventh session for one device call (~8 minutes):
 # int8's gate/up starts with half its blocks resident, each waiting for
 # the o block on its SM to leave, since their rings (~140 KB and ~200 KB)
 # do not fit together (BENCHMARKS.md, thirty-seventh session, item 5).
@@ -20,5 +20,11 @@ L="llama-3.1-8b --quant int8 --layers 16"
 echo "parity_linear, caps 2,4: $(TS_QX_CAPS=2,4 .device/parity_linear 2>&1 | grep -E 'test result|panicked' | head -2)" > "$OUT/tests.txt"
 .device/knobs.sh 2 "TS_QX_CAPS= TS_QX_CAPS=2,4 TS_QX_CAPS=3,4 TS_CARVEOUT=max" "$L"
 TS_CARVEOUT=max .device/knobs.sh 2 "TS_QX_CAPS= TS_QX_CAPS=2,4" "$L"
+# int4 and gpt-oss-20b: the carveout alone (int4's attention step is 20%
+# resident at its release beside q/k/v's blocks).
+.device/knobs.sh 2 "TS_CARVEOUT= TS_CARVEOUT=max" "llama-3.1-8b --quant int4 --layers 16" gpt-oss-20b
 TS_QX_CAPS=2,4 GAP_US=95 .device/timeline.sh int8_caps24 --synthetic llama-3.1-8b --quant int8 --layers 8 >/dev/null
-TS_CARVEOUT=max TS_QX_CAPS=2,4 GAP_US=95 .device/timeline.sh int8_caps24_max --synthetic llama-3.1-8b --quant int8 --layers 8 >/dev/null
+TS_CARVEOUT=max # int4 and gpt-oss-20b: the carveout alone (int4's attention step is 20%
+# resident at its release beside q/k/v's blocks).
+.device/knobs.sh 2 "TS_CARVEOUT= TS_CARVEOUT=max" "llama-3.1-8b --quant int4 --layers 16" gpt-oss-20b
+TS_QX_CAPS=2,4 GAP_US=95 .device/timeline.sh int8_caps24_max --synthetic llama-3.1-8b --quant int8 --layers 8 >/dev/null
