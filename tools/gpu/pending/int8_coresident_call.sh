@@ -24,7 +24,4 @@ TS_CARVEOUT=max .device/knobs.sh 2 "TS_QX_CAPS= TS_QX_CAPS=2,4" "$L"
 # resident at its release beside q/k/v's blocks).
 .device/knobs.sh 2 "TS_CARVEOUT= TS_CARVEOUT=max" "llama-3.1-8b --quant int4 --layers 16" gpt-oss-20b
 TS_QX_CAPS=2,4 GAP_US=95 .device/timeline.sh int8_caps24 --synthetic llama-3.1-8b --quant int8 --layers 8 >/dev/null
-TS_CARVEOUT=max # int4 and gpt-oss-20b: the carveout alone (int4's attention step is 20%
-# resident at its release beside q/k/v's blocks).
-.device/knobs.sh 2 "TS_CARVEOUT= TS_CARVEOUT=max" "llama-3.1-8b --quant int4 --layers 16" gpt-oss-20b
-TS_QX_CAPS=2,4 GAP_US=95 .device/timeline.sh int8_caps24_max --synthetic llama-3.1-8b --quant int8 --layers 8 >/dev/null
+TS_CARVEOUT=max TS_QX_CAPS=2,4 GAP_US=95 .device/timeline.sh int8_caps24_max --synthetic llama-3.1-8b --quant int8 --layers 8 >/dev/null
