@@ -51,10 +51,11 @@ impl Backend for Cuda {
     }
 
     fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<CudaWeight> {
+        let w = CudaWeight::quantized(self, t, q)?;
         if q == Quant::Int4 {
             self.int4_linears.store(true, Ordering::Relaxed);
         }
-        CudaWeight::quantized(self, t, q)
+        Ok(w)
     }
 
     fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<CudaWeight> {
