@@ -3,7 +3,8 @@
 //!
 //! Two regimes. Decode (few rows) is bound by reading W once: each thread takes
 //! a band of W's rows and runs the SIMD dot kernel against every x row, so
-//! 16-bit weights are read as 16-bit. Prefill (many rows) is bound by
+//! 16-bit weights are read as 16-bit (and int8/int4 multiply x's rows
+//! rounded once to integer codes, `quant.rs`). Prefill (many rows) is bound by
 //! arithmetic: each thread widens a block of W's rows to f32 once and hands
 //! the block to the `gemm` crate's packed micro-kernels, so the conversion is
 //! paid once per block rather than once per token.
@@ -59,7 +60,7 @@ pub fn linear_rows(
     assert_eq!(x.len(), n * k, "linear: x is not [n, {k}]");
     assert_eq!(out.len(), n * m, "linear: out is not [n, {m}]");
     if n < GEMM_MIN_ROWS {
-        linear_dot(x, n, k, row0, m, w, out);
+        linear_dot(x, k, row0, m, w, out);
     } else {
         linear_gemm(x, n, k, row0, m, w, out);
     }
@@ -72,21 +73,14 @@ pub fn linear_rows(
     }
 }
 
-fn linear_dot(
-    x: &[f32],
-    n: usize,
-    k: usize,
-    row0: usize,
-    m: usize,
-    w: &CpuWeight,
-    out: &mut [f32],
-) {
+fn linear_dot(x: &[f32], k: usize, row0: usize, m: usize, w: &CpuWeight, out: &mut [f32]) {
     let ptr = OutPtr(out.as_mut_ptr());
+    let inputs: Vec<_> = x.chunks_exact(k).map(|row| w.input(row)).collect();
     (0..m.div_ceil(DOT_BAND)).into_par_iter().for_each(|band| {
         let rows = band * DOT_BAND..((band + 1) * DOT_BAND).min(m);
         for r in rows {
-            for t in 0..n {
-                let v = w.dot_row(row0 + r, &x[t * k..(t + 1) * k]);
+            for (t, input) in inputs.iter().enumerate() {
+                let v = w.dot_row(row0 + r, input);
                 // SAFETY: (t, r) is written by exactly this task.
                 unsafe { *ptr.at(t * m + r) = v };
             }
@@ -217,6 +211,90 @@ mod tests {
                         (o - e).abs() <= 1e-4 * (1.0 + e.abs()),
                         "n={n} m={m} k={k} i={i}: {o} vs {e}"
                     );
+                }
+            }
+        }
+    }
+
+    /// int8/int4 weights: both regimes against a plain loop over the
+    /// dequantized weights. The dot regime (1-3 rows) multiplies x rounded
+    /// to int8 codes, so it may differ by x's rounding: at most half a step
+    /// (max|x| / 127 of the group) times |w| per value; the GEMM regime
+    /// (4+ rows) widens the weights and multiplies f32 x, as the dot regime
+    /// of a weight made `with_f32_x` does.
+    #[test]
+    fn quantized_weights_match_a_plain_loop_in_both_regimes() {
+        use turbospark_backend::{Quant, quant::quantize};
+        // Mostly positive weights and x, so that the sums do not cancel and
+        // an x rounded to the wrong scale (a few percent off) shows.
+        let (m, k) = (37, 96);
+        let wv: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 11 % 17) as f32 - 2.0) / 7.0)
+            .collect();
+        for q in [Quant::Int8, Quant::Int4] {
+            let (codes, scales) = quantize(&wv, q).unwrap();
+            let w = CpuWeight {
+                data: WeightData::Quantized {
+                    quant: q,
+                    codes,
+                    scales,
+                    int_x: true,
+                },
+                shape: vec![m, k],
+            };
+            let mut wd = vec![0.0; m * k];
+            w.read_f32(0, &mut wd);
+            let WeightData::Quantized { codes, scales, .. } = &w.data else {
+                unreachable!()
+            };
+            let exact = CpuWeight {
+                data: WeightData::Quantized {
+                    quant: q,
+                    codes: codes.clone(),
+                    scales: scales.clone(),
+                    int_x: true,
+                },
+                shape: vec![m, k],
+            }
+            .with_f32_x();
+            let x: Vec<f32> = (0..k).map(|i| ((i * 7 % 13) as f32 - 1.0) / 5.0).collect();
+            let mut out = vec![0.0; m];
+            linear(&x, 1, &exact, None, &mut out);
+            for (i, (&o, &e)) in out.iter().zip(&reference(&x, 1, &wd, m, k)).enumerate() {
+                assert!(
+                    (o - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "{q:?} with f32 x, row {i}: {o} vs {e}"
+                );
+            }
+            for n in [1, 3, 5] {
+                let x: Vec<f32> = (0..n * k)
+                    .map(|i| ((i * 7 % 13) as f32 - 1.0) / 5.0)
+                    .collect();
+                let expected = reference(&x, n, &wd, m, k);
+                let mut out = vec![0.0; n * m];
+                linear(&x, n, &w, None, &mut out);
+                for (i, (&o, &e)) in out.iter().zip(&expected).enumerate() {
+                    let (t, r) = (i / m, i % m);
+                    let xr = &x[t * k..(t + 1) * k];
+                    let rounding: f32 = if n < GEMM_MIN_ROWS {
+                        (0..k)
+                            .map(|c| {
+                                let g = &xr[c / 32 * 32..c / 32 * 32 + 32];
+                                let step = g.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0;
+                                wd[r * k + c].abs() * step * 0.5
+                            })
+                            .sum()
+                    } else {
+                        0.0
+                    };
+                    assert!(
+                        (o - e).abs() <= rounding + 1e-4 * (1.0 + e.abs()),
+                        "{q:?} n={n} i={i}: {o} vs {e} (x rounding bound {rounding})"
+                    );
+                }
+                if n == 1 {
+                    // Rounding x really happens in the dot regime.
+                    assert!(out.iter().zip(&expected).any(|(o, e)| o != e), "{q:?}");
                 }
             }
         }

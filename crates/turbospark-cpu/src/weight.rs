@@ -1,10 +1,13 @@
 //! CPU weight storage. bf16 and f16 stay in their 16-bit form in memory
 //! (half the bytes of f32, which is what batch-1 decode is bound by) and are
 //! widened to f32 inside the kernels; f32 stays f32; MXFP4 stays packed and
-//! is decoded block by block. Arithmetic is always f32.
+//! is decoded block by block; int8/int4 codes stay codes. Arithmetic is
+//! f32, except the integer group sums of int8/int4 decode (`quant.rs`).
 
 use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
 use turbospark_format::{DType, HostTensor};
+
+use crate::quant::RoundedX;
 
 pub enum WeightData {
     F32(Vec<f32>),
@@ -18,11 +21,16 @@ pub enum WeightData {
         blocks: Vec<u8>,
         scales: Vec<u8>,
     },
-    /// Weight-only int8/int4 with one f16 scale per 32 values (`quant.rs`).
+    /// int8/int4 codes with one f16 scale per 32 values (`quant.rs`).
     Quantized {
         quant: Quant,
         codes: Vec<u8>,
         scales: Vec<half::f16>,
+        /// Decode's dot products multiply x rounded to int8 codes
+        /// (`quant::RoundedX`), as llama.cpp's Q8_0/Q4_0 and the GPU's
+        /// decode GEMVs do; `false` multiplies f32 x by the widened
+        /// weights, weight-only arithmetic ([`CpuWeight::with_f32_x`]).
+        int_x: bool,
     },
 }
 
@@ -78,9 +86,20 @@ impl CpuWeight {
                 quant,
                 codes,
                 scales,
+                int_x: true,
             },
             shape: t.shape.to_vec(),
         })
+    }
+
+    /// The same int8/int4 codes multiplying f32 x in decode too (nothing
+    /// rounded but the weights): the reference that the GPU's GEMVs are
+    /// checked against in every precision. Other formats are unchanged.
+    pub fn with_f32_x(mut self) -> Self {
+        if let WeightData::Quantized { int_x, .. } = &mut self.data {
+            *int_x = false;
+        }
+        self
     }
 
     pub fn from_f32(values: &[f32], shape: &[usize]) -> Self {
@@ -135,6 +154,7 @@ impl CpuWeight {
                 quant,
                 codes,
                 scales,
+                ..
             } => {
                 assert!(
                     start.is_multiple_of(QUANT_GROUP),
@@ -160,19 +180,33 @@ impl CpuWeight {
         out
     }
 
-    /// Dot product of row `r` with `x`.
+    /// x as this weight's dot products read it: the f32 row, and for
+    /// int8/int4 weights that multiply integer x also the row rounded to
+    /// codes (`quant::RoundedX`), made once here rather than once per
+    /// weight row.
+    pub fn input<'a>(&self, x: &'a [f32]) -> RowInput<'a> {
+        let rounded = match &self.data {
+            WeightData::Quantized {
+                quant, int_x: true, ..
+            } => Some(RoundedX::new(x, *quant)),
+            _ => None,
+        };
+        RowInput { x, rounded }
+    }
+
+    /// Dot product of row `r` with `x` (made by [`CpuWeight::input`]).
     #[inline]
-    pub fn dot_row(&self, r: usize, x: &[f32]) -> f32 {
-        let k = x.len();
+    pub fn dot_row(&self, r: usize, x: &RowInput<'_>) -> f32 {
+        let k = x.x.len();
         let range = r * k..(r + 1) * k;
         match &self.data {
-            WeightData::F32(v) => crate::simd::dot_f32(x, &v[range]),
-            WeightData::BF16(v) => crate::simd::dot_bf16(x, &v[range]),
-            WeightData::F16(v) => crate::simd::dot_f16(x, &v[range]),
+            WeightData::F32(v) => crate::simd::dot_f32(x.x, &v[range]),
+            WeightData::BF16(v) => crate::simd::dot_bf16(x.x, &v[range]),
+            WeightData::F16(v) => crate::simd::dot_f16(x.x, &v[range]),
             WeightData::Mxfp4 { blocks, scales } => {
                 let groups = k / 32;
                 crate::simd::dot_mxfp4(
-                    x,
+                    x.x,
                     &blocks[r * groups * 16..(r + 1) * groups * 16],
                     &scales[r * groups..(r + 1) * groups],
                 )
@@ -181,21 +215,49 @@ impl CpuWeight {
                 quant,
                 codes,
                 scales,
+                int_x,
             } => {
                 let groups = k / QUANT_GROUP;
                 let per_row = match quant {
                     Quant::Int8 => k,
                     Quant::Int4 => k / 2,
                 };
-                crate::quant::dot(
-                    x,
+                let (codes, scales) = (
                     &codes[r * per_row..(r + 1) * per_row],
                     &scales[r * groups..(r + 1) * groups],
-                    *quant,
-                )
+                );
+                if !int_x {
+                    return ROW.with(|row| {
+                        let mut row = row.borrow_mut();
+                        row.resize(k, 0.0);
+                        crate::quant::dequantize(codes, scales, *quant, 0, &mut row);
+                        crate::simd::dot_f32(x.x, &row)
+                    });
+                }
+                // An input made for another format is rounded again here.
+                let again;
+                let rounded = match &x.rounded {
+                    Some(r) if r.quant() == *quant => r,
+                    _ => {
+                        again = RoundedX::new(x.x, *quant);
+                        &again
+                    }
+                };
+                crate::quant::dot(rounded, codes, scales)
             }
         }
     }
+}
+
+thread_local! {
+    /// A widened row of an f32-x int8/int4 weight (the reference path).
+    static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One row of x prepared for a weight's dot products ([`CpuWeight::input`]).
+pub struct RowInput<'a> {
+    x: &'a [f32],
+    rounded: Option<RoundedX>,
 }
 
 #[cfg(test)]
