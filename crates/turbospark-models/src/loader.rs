@@ -197,6 +197,23 @@ impl<'a, B: Backend> Loader<'a, B> {
         Ok(w)
     }
 
+    /// The unembedding of a checkpoint whose head is tied to its embedding
+    /// `name`: `None` (the embedding serves as the head) unless `--quant`
+    /// asks for quantized projections; then a quantized copy of it, as
+    /// llama.cpp's quantized files hold one (the lookup keeps the exact
+    /// rows; every decoded token reads the head, in int8 about half of
+    /// bf16's bytes, in int4 about a quarter). The copy's read is not
+    /// counted again in the progress.
+    pub fn tied_head(&self, name: &str, shape: [usize; 2]) -> Result<Option<B::Weight>> {
+        let Some(q) = self.opts.quant else {
+            return Ok(None);
+        };
+        let t = self.ckpt.fetch_shaped(name, &shape)?;
+        let w = self.be.upload_quantized(&t.view(), q)?;
+        self.account(0, &w);
+        Ok(Some(w))
+    }
+
     /// [`matrix`](Self::matrix) when `present`.
     pub fn matrix_if(
         &self,

@@ -34,3 +34,53 @@ fn int8_and_int4_stay_close_and_order_by_precision() {
         assert!(e4 < 4.0, "{name}: int4 max |Δ|/std = {e4}");
     }
 }
+
+/// A tied checkpoint under `--quant` gets a quantized copy of its
+/// embedding as its head: a decoded token reads the head's codes, not the
+/// bf16 table (the lookup still reads its exact rows), the progress ends at
+/// the checkpoint's bytes, and the logits stay within int8's bounds.
+#[test]
+fn a_tied_head_is_quantized_too() {
+    use std::cell::Cell;
+
+    use turbospark_cpu::Cpu;
+    use turbospark_models::load_model;
+
+    let dir = common::fixture_dir("llama-tied-bf16");
+    let (v, h) = (vocab(&dir), 64);
+    let last = Cell::new((0, 0));
+    let progress = |done, total| last.set((done, total));
+    let plain = load_model(&Cpu, &dir, LoadOptions::default(), &progress).unwrap();
+    let int8 = load_model(
+        &Cpu,
+        &dir,
+        LoadOptions {
+            quant: Some(Quant::Int8),
+        },
+        &progress,
+    )
+    .unwrap();
+    let (done, total) = last.get();
+    assert_eq!(done, total, "progress counts the copied embedding once");
+    // Decode reads every projection and the head: 2 bytes a value in bf16,
+    // 34 a group of 32 in int8 (vectors stay f32 in both). The fixture's
+    // projections: per layer q and o 64×64, k and v 32×64, gate, up and
+    // down 128×64; 2 layers. A head left in bf16 would save only the
+    // projections' share.
+    let projections = 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 128 * 64);
+    let quantized = (projections + v * h) as u64;
+    assert_eq!(
+        plain.decode_bytes() - int8.decode_bytes(),
+        quantized * (64 - 34) / 32,
+        "int8 decode reads {} bytes, bf16 {}",
+        int8.decode_bytes(),
+        plain.decode_bytes()
+    );
+    let (e8, miss8) = err("llama-tied-bf16", Quant::Int8);
+    assert!(e8 > 1e-5 && e8 < 0.2, "int8 max |Δ|/std = {e8}");
+    assert!(miss8 <= 3, "int8 flipped {miss8} argmaxes");
+}
+
+fn vocab(dir: &std::path::Path) -> usize {
+    turbospark_models::read_spec(dir).unwrap().vocab_size
+}

@@ -67,7 +67,8 @@ pub struct Decoder<B: Backend> {
     embed: B::Weight,
     layers: Vec<DecoderLayer<B>>,
     norm: B::Weight,
-    /// `None` when tied to the embedding.
+    /// `None` when tied to the embedding (a tied head is a quantized copy
+    /// of it under `--quant`: `Loader::tied_head`).
     lm_head: Option<B::Weight>,
     /// The global table, then the local one when the family has it.
     ropes: Vec<RopeTable>,
@@ -114,7 +115,11 @@ impl<B: Backend> Decoder<B> {
         let norm = l.norm("model.norm.weight", h, off)?;
         // Some tied checkpoints still carry lm_head.weight; the tie wins, as
         // in transformers.
-        let lm_head = l.matrix_if(!spec.tie_embeddings, "lm_head.weight", [v, h])?;
+        let lm_head = if spec.tie_embeddings {
+            l.tied_head("model.embed_tokens.weight", [v, h])?
+        } else {
+            Some(l.matrix("lm_head.weight", [v, h])?)
+        };
         let mut ropes = vec![rope_table(&spec.rope, spec.head_dim)];
         ropes.extend(
             spec.rope_local
@@ -123,10 +128,11 @@ impl<B: Backend> Decoder<B> {
         );
         let embed_scale = spec.embed_scale.map(|s| round_to(s, spec.dtype));
         let bytes = l.device_bytes();
-        let gathered = if spec.tie_embeddings {
-            0
-        } else {
+        // With a head of its own, a token reads only its embedding row.
+        let gathered = if lm_head.is_some() {
             l.be.weight_bytes(&embed) as u64
+        } else {
+            0
         };
         let idle: u64 = layers
             .iter()
