@@ -55,7 +55,11 @@ fn main() {
     weights.push((
         "mxfp4".into(),
         CpuWeight {
-            data: WeightData::Mxfp4 { blocks, scales },
+            data: WeightData::Mxfp4 {
+                blocks,
+                scales,
+                int_x: true,
+            },
             shape,
         },
     ));

@@ -9,6 +9,7 @@
 pub mod attention;
 pub mod linear;
 pub mod moe;
+pub mod mxfp4;
 pub mod ops;
 pub mod quant;
 pub mod simd;

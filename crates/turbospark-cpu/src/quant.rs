@@ -50,6 +50,26 @@ const X_MAX: f32 = 127.0;
 /// ones' (see [`RoundedX::slot`]).
 const INT4_BLOCK: usize = 4;
 
+/// Rounds one group of x (32 values) to integer codes of at most `x_max`:
+/// each value to the nearest multiple of the group's step max|x| / x_max,
+/// ties to even (`__float2int_rn` on the GPU, whose `quantize_x` this
+/// follows operation for operation), handing `put` each value's index and
+/// code; returns the step. A group holding a NaN gets codes 0 and a NaN
+/// step, so the dot product is NaN, as the f32 one would be.
+pub(crate) fn round_group(v: &[f32], x_max: f32, mut put: impl FnMut(usize, i32)) -> f32 {
+    let nan = v.iter().any(|v| v.is_nan());
+    let amax = v.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let inv = if amax > 0.0 && !nan {
+        x_max / amax
+    } else {
+        0.0
+    };
+    for (i, &v) in v.iter().enumerate() {
+        put(i, (v * inv).round_ties_even() as i32);
+    }
+    if nan { f32::NAN } else { amax * (1.0 / x_max) }
+}
+
 /// One row of x rounded for the integer dot products of one weight format.
 pub struct RoundedX {
     quant: Quant,
@@ -84,20 +104,11 @@ impl RoundedX {
             sums: vec![0; groups],
         };
         for (g, v) in x.chunks_exact(QUANT_GROUP).enumerate() {
-            let nan = v.iter().any(|v| v.is_nan());
-            let amax = v.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let inv = if amax > 0.0 && !nan {
-                X_MAX / amax
-            } else {
-                0.0
-            };
             let mut sum = 0;
-            for (i, &v) in v.iter().enumerate() {
-                let c = (v * inv).round_ties_even() as i8;
-                r.codes[Self::slot(quant, g, i)] = c;
-                sum += i32::from(c);
-            }
-            r.steps[g] = if nan { f32::NAN } else { amax * (1.0 / X_MAX) };
+            r.steps[g] = round_group(v, X_MAX, |i, c| {
+                r.codes[Self::slot(quant, g, i)] = c as i8;
+                sum += c;
+            });
             r.sums[g] = sum;
         }
         if quant == Quant::Int8 {

@@ -7,6 +7,7 @@
 use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
 use turbospark_format::{DType, HostTensor};
 
+use crate::mxfp4::RoundedX16;
 use crate::quant::RoundedX;
 
 pub enum WeightData {
@@ -20,6 +21,10 @@ pub enum WeightData {
     Mxfp4 {
         blocks: Vec<u8>,
         scales: Vec<u8>,
+        /// Decode's dot products multiply x rounded to int16 codes
+        /// (`mxfp4::RoundedX16`), as the GPU's MXFP4 GEMVs do; `false`
+        /// multiplies f32 x ([`CpuWeight::with_f32_x`]).
+        int_x: bool,
     },
     /// int8/int4 codes with one f16 scale per 32 values (`quant.rs`).
     Quantized {
@@ -74,6 +79,7 @@ impl CpuWeight {
             data: WeightData::Mxfp4 {
                 blocks: blocks.bytes.to_vec(),
                 scales: scales.bytes.to_vec(),
+                int_x: true,
             },
             shape,
         })
@@ -92,11 +98,14 @@ impl CpuWeight {
         })
     }
 
-    /// The same int8/int4 codes multiplying f32 x in decode too (nothing
-    /// rounded but the weights): the reference that the GPU's GEMVs are
-    /// checked against in every precision. Other formats are unchanged.
+    /// The same int8/int4/MXFP4 codes multiplying f32 x in decode too
+    /// (nothing rounded but the weights): the reference that the GPU's
+    /// GEMVs are checked against in every precision. Other formats are
+    /// unchanged.
     pub fn with_f32_x(mut self) -> Self {
-        if let WeightData::Quantized { int_x, .. } = &mut self.data {
+        if let WeightData::Quantized { int_x, .. } | WeightData::Mxfp4 { int_x, .. } =
+            &mut self.data
+        {
             *int_x = false;
         }
         self
@@ -126,7 +135,7 @@ impl CpuWeight {
         match &self.data {
             WeightData::F32(v) => v.len() * 4,
             WeightData::BF16(v) | WeightData::F16(v) => v.len() * 2,
-            WeightData::Mxfp4 { blocks, scales } => blocks.len() + scales.len(),
+            WeightData::Mxfp4 { blocks, scales, .. } => blocks.len() + scales.len(),
             WeightData::Quantized { codes, scales, .. } => codes.len() + scales.len() * 2,
         }
     }
@@ -139,7 +148,7 @@ impl CpuWeight {
             WeightData::F32(v) => out.copy_from_slice(&v[start..end]),
             WeightData::BF16(v) => crate::simd::bf16_to_f32(&v[start..end], out),
             WeightData::F16(v) => crate::simd::f16_to_f32(&v[start..end], out),
-            WeightData::Mxfp4 { blocks, scales } => {
+            WeightData::Mxfp4 { blocks, scales, .. } => {
                 assert!(
                     start.is_multiple_of(32) && out.len().is_multiple_of(32),
                     "MXFP4 reads whole blocks"
@@ -181,15 +190,16 @@ impl CpuWeight {
     }
 
     /// x as this weight's dot products read it: the f32 row, and for
-    /// int8/int4 weights that multiply integer x also the row rounded to
-    /// codes (`quant::RoundedX`), made once here rather than once per
-    /// weight row.
+    /// int8/int4/MXFP4 weights that multiply integer x also the row rounded
+    /// to codes (`quant::RoundedX`, `mxfp4::RoundedX16`), made once here
+    /// rather than once per weight row.
     pub fn input<'a>(&self, x: &'a [f32]) -> RowInput<'a> {
         let rounded = match &self.data {
             WeightData::Quantized {
                 quant, int_x: true, ..
-            } => Some(RoundedX::new(x, *quant)),
-            _ => None,
+            } => Rounded::Int8(RoundedX::new(x, *quant)),
+            WeightData::Mxfp4 { int_x: true, .. } => Rounded::Int16(RoundedX16::new(x)),
+            _ => Rounded::No,
         };
         RowInput { x, rounded }
     }
@@ -203,13 +213,29 @@ impl CpuWeight {
             WeightData::F32(v) => crate::simd::dot_f32(x.x, &v[range]),
             WeightData::BF16(v) => crate::simd::dot_bf16(x.x, &v[range]),
             WeightData::F16(v) => crate::simd::dot_f16(x.x, &v[range]),
-            WeightData::Mxfp4 { blocks, scales } => {
+            WeightData::Mxfp4 {
+                blocks,
+                scales,
+                int_x,
+            } => {
                 let groups = k / 32;
-                crate::simd::dot_mxfp4(
-                    x.x,
+                let (blocks, scales) = (
                     &blocks[r * groups * 16..(r + 1) * groups * 16],
                     &scales[r * groups..(r + 1) * groups],
-                )
+                );
+                if !int_x {
+                    return crate::simd::dot_mxfp4(x.x, blocks, scales);
+                }
+                // An input made for another format is rounded again here.
+                let again;
+                let rounded = match &x.rounded {
+                    Rounded::Int16(r) => r,
+                    _ => {
+                        again = RoundedX16::new(x.x);
+                        &again
+                    }
+                };
+                crate::mxfp4::dot(rounded, blocks, scales)
             }
             WeightData::Quantized {
                 quant,
@@ -237,7 +263,7 @@ impl CpuWeight {
                 // An input made for another format is rounded again here.
                 let again;
                 let rounded = match &x.rounded {
-                    Some(r) if r.quant() == *quant => r,
+                    Rounded::Int8(r) if r.quant() == *quant => r,
                     _ => {
                         again = RoundedX::new(x.x, *quant);
                         &again
@@ -257,7 +283,14 @@ thread_local! {
 /// One row of x prepared for a weight's dot products ([`CpuWeight::input`]).
 pub struct RowInput<'a> {
     x: &'a [f32],
-    rounded: Option<RoundedX>,
+    rounded: Rounded,
+}
+
+/// x rounded for an integer dot product, if the weight's format has one.
+enum Rounded {
+    No,
+    Int8(RoundedX),
+    Int16(RoundedX16),
 }
 
 #[cfg(test)]

@@ -153,7 +153,8 @@ pub fn mxfp4_scaled(
         bytes: &scales,
     };
     (
-        Cpu.upload_mxfp4(&b, &s).unwrap(),
+        // The reference multiplies f32 x (see `quantized`).
+        Cpu.upload_mxfp4(&b, &s).unwrap().with_f32_x(),
         g.upload_mxfp4(&b, &s).unwrap(),
     )
 }
