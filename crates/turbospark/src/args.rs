@@ -86,9 +86,9 @@ pub struct ModelArgs {
     /// Operand precision of the GPU's prefill paths: bf16 tensor cores
     /// (activations rounded to bf16; the default), or f32-level results at
     /// about half the prefill speed (for comparisons with references). The
-    /// CPU computes in f32 either way, except that its int8/int4 decode
-    /// multiplies x rounded to int8 per 32 values, as llama.cpp's Q8_0/Q4_0
-    /// and the GPU's decode do.
+    /// CPU computes in f32 either way, except that its decode multiplies
+    /// packed weights by x rounded per 32 values (int16 for MXFP4, int8 for
+    /// --quant int8/int4), as llama.cpp's and the GPU's decode do.
     #[arg(long, value_enum, default_value = "bf16")]
     pub precision: PrecisionArg,
     /// How the KV cache keeps keys and values (vLLM's flag; llama.cpp's
