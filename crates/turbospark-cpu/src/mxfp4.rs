@@ -82,7 +82,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{RoundedX16, TWICE};
-    use crate::simd::{e8m0, prefetch_ahead};
+    use crate::simd::{e8m0, hsum, prefetch_ahead};
 
     /// Block g's 32 products, four to an f32 lane (exact: < 2^24).
     #[inline]
@@ -151,10 +151,7 @@ mod x86 {
                     acc[0] = _mm256_fmadd_ps(a, _mm256_broadcast_ss(&combined[i]), acc[0]);
                 }
             }
-            let v = _mm256_add_ps(acc[0], acc[1]);
-            let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-            _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)))
+            hsum(_mm256_add_ps(acc[0], acc[1]))
         }
     }
 }

@@ -186,6 +186,7 @@ mod x86 {
     use turbospark_backend::Quant;
 
     use super::RoundedX;
+    use crate::simd::hsum;
 
     /// Groups whose combined scales (weight step × x step) are made at
     /// once: one F16C conversion and one multiply for eight groups.
@@ -343,16 +344,6 @@ mod x86 {
             let sums = _mm_madd_epi16(pairs, _mm_set1_epi16(1));
             _mm256_cvtepi32_ps(_mm256_zextsi128_si256(sums))
         }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps(v, 1);
-        let v = _mm_add_ps(lo, hi);
-        let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)))
     }
 }
 

@@ -56,6 +56,9 @@ pub(crate) fn prefetch_ahead(p: *const u8, bytes: usize) {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) use x86::hsum;
+
+#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
@@ -69,9 +72,10 @@ mod x86 {
         has_avx2_fma() && is_x86_feature_detected!("f16c")
     }
 
+    /// The sum of a vector's eight lanes (the SIMD kernels' last step).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(v: __m256) -> f32 {
+    pub(crate) fn hsum(v: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(v);
         let hi = _mm256_extractf128_ps(v, 1);
         let s = _mm_add_ps(lo, hi);
