@@ -1,7 +1,8 @@
 //! `out = x · Wᵀ + b` on the CPU, for x `[n, k]` and W `[m, k]` in f32, bf16
 //! or f16.
 //!
-//! Two regimes. Decode (few rows) is bound by reading W once: each thread takes
+//! Two regimes, chosen per weight format by the number of x rows
+//! (`gemm_min_rows`). Decode (few rows) is bound by reading W once: each thread takes
 //! a band of W's rows and runs the SIMD dot kernel against every x row, so
 //! 16-bit weights are read as 16-bit (and int8/int4 multiply x's rows
 //! rounded once to integer codes, `quant.rs`). Prefill (many rows) is bound by
@@ -15,8 +16,23 @@ use rayon::prelude::*;
 
 use crate::weight::{CpuWeight, WeightData};
 
-/// Below this many rows of x, weight bandwidth dominates: use the dot path.
-const GEMM_MIN_ROWS: usize = 4;
+/// The fewest rows of x that take the GEMM path for `w`: below it the dot
+/// path, which reads each weight row once from memory and multiplies it by
+/// every x row from L1, is faster than widening the weights and a GEMM.
+/// Measured on the developers' 2-core Xeon (a 16,384 × 2,048 weight, 1 to 32
+/// rows, both paths forced; BENCHMARKS.md, thirty-ninth session): the
+/// integer dots of int8, int4 and MXFP4 equal the GEMM at ~16-20 rows
+/// (int4 at 16: 13.9 against 17.1 ms), the f32 dots of 16-bit weights at
+/// ~12 (bf16 at 8: 9.2 against 11.0 ms). A reference weight that widens
+/// its rows for f32 x ([`CpuWeight::with_f32_x`]) widens them again for
+/// every x row, so it keeps to the dot path only below 4.
+fn gemm_min_rows(w: &CpuWeight) -> usize {
+    match &w.data {
+        WeightData::Quantized { int_x: true, .. } | WeightData::Mxfp4 { int_x: true, .. } => 16,
+        WeightData::Quantized { .. } => 4,
+        _ => 12,
+    }
+}
 /// Rows of W per parallel task in the dot path.
 const DOT_BAND: usize = 16;
 /// Rows of W widened and multiplied together in the GEMM path.
@@ -59,7 +75,7 @@ pub fn linear_rows(
     let k = w.cols();
     assert_eq!(x.len(), n * k, "linear: x is not [n, {k}]");
     assert_eq!(out.len(), n * m, "linear: out is not [n, {m}]");
-    if n < GEMM_MIN_ROWS {
+    if n < gemm_min_rows(w) {
         linear_dot(x, k, row0, m, w, out);
     } else {
         linear_gemm(x, n, k, row0, m, w, out);
@@ -165,7 +181,7 @@ mod tests {
 
     #[test]
     fn both_regimes_match_a_plain_loop_for_every_dtype() {
-        for &(n, m, k) in &[(1, 5, 7), (3, 70, 33), (4, 65, 40), (9, 130, 64)] {
+        for &(n, m, k) in &[(1, 5, 7), (3, 70, 33), (4, 65, 40), (13, 130, 64)] {
             let x: Vec<f32> = (0..n * k)
                 .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
                 .collect();
@@ -217,10 +233,10 @@ mod tests {
     }
 
     /// int8/int4 weights: both regimes against a plain loop over the
-    /// dequantized weights. The dot regime (1-3 rows) multiplies x rounded
+    /// dequantized weights. The dot regime (1-15 rows) multiplies x rounded
     /// to int8 codes, so it may differ by x's rounding: at most half a step
     /// (max|x| / 127 of the group) times |w| per value; the GEMM regime
-    /// (4+ rows) widens the weights and multiplies f32 x, as the dot regime
+    /// (16+ rows) widens the weights and multiplies f32 x, as the dot regime
     /// of a weight made `with_f32_x` does.
     #[test]
     fn quantized_weights_match_a_plain_loop_in_both_regimes() {
@@ -266,7 +282,7 @@ mod tests {
                     "{q:?} with f32 x, row {i}: {o} vs {e}"
                 );
             }
-            for n in [1, 3, 5] {
+            for n in [1, 3, 17] {
                 let x: Vec<f32> = (0..n * k)
                     .map(|i| ((i * 7 % 13) as f32 - 1.0) / 5.0)
                     .collect();
@@ -276,7 +292,7 @@ mod tests {
                 for (i, (&o, &e)) in out.iter().zip(&expected).enumerate() {
                     let (t, r) = (i / m, i % m);
                     let xr = &x[t * k..(t + 1) * k];
-                    let rounding: f32 = if n < GEMM_MIN_ROWS {
+                    let rounding: f32 = if n < gemm_min_rows(&w) {
                         (0..k)
                             .map(|c| {
                                 let g = &xr[c / 32 * 32..c / 32 * 32 + 32];
