@@ -315,4 +315,56 @@ mod tests {
             }
         }
     }
+
+    /// MXFP4 in the dot regime multiplies x rounded to int16 (it differs
+    /// from the f32-x product of a `with_f32_x` copy, by at most half an
+    /// int16 step times |w| per value), and its GEMM regime equals that
+    /// copy's.
+    #[test]
+    fn mxfp4_decode_multiplies_x_rounded_to_int16() {
+        let (m, k) = (37, 96);
+        let blocks: Vec<u8> = (0..m * k / 2).map(|i| (i * 37 + i / 7) as u8).collect();
+        let scales: Vec<u8> = (0..m * k / 32).map(|i| 124 + (i % 5) as u8).collect();
+        let make = || CpuWeight {
+            data: WeightData::Mxfp4 {
+                blocks: blocks.clone(),
+                scales: scales.clone(),
+                int_x: true,
+            },
+            shape: vec![m, k],
+        };
+        let (w, exact) = (make(), make().with_f32_x());
+        let mut wd = vec![0.0; m * k];
+        w.read_f32(0, &mut wd);
+        for n in [1, 17] {
+            let x: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 7 % 13) as f32 - 1.0) / 5.0)
+                .collect();
+            let (mut out, mut reference) = (vec![0.0; n * m], vec![0.0; n * m]);
+            linear(&x, n, &w, None, &mut out);
+            linear(&x, n, &exact, None, &mut reference);
+            if n >= gemm_min_rows(&w) {
+                assert_eq!(out, reference, "the GEMM regime widens the same weights");
+                continue;
+            }
+            assert!(
+                out.iter().zip(&reference).any(|(o, e)| o != e),
+                "x was rounded"
+            );
+            for (i, (&o, &e)) in out.iter().zip(&reference).enumerate() {
+                let (t, r) = (i / m, i % m);
+                let bound: f32 = (0..k)
+                    .map(|c| {
+                        let g = &x[t * k + c / 32 * 32..t * k + c / 32 * 32 + 32];
+                        let step = g.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 32767.0;
+                        wd[r * k + c].abs() * step * 0.5
+                    })
+                    .sum();
+                assert!(
+                    (o - e).abs() <= bound + 1e-5 * (1.0 + e.abs()),
+                    "row {i}: {o} vs {e}"
+                );
+            }
+        }
+    }
 }

@@ -12,7 +12,7 @@
 //! takes 16 products a step.
 
 use crate::quant::round_group;
-use crate::simd::e8m0;
+use crate::simd::{E2M1_TWICE as TWICE, e8m0};
 
 /// The largest code of x's rounding (int16, symmetric).
 const X_MAX: f32 = 32767.0;
@@ -41,10 +41,6 @@ impl RoundedX16 {
         r
     }
 }
-
-/// Twice each E2M1 code's value: bit 3 is the sign, bits 0-2 index
-/// {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
-const TWICE: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// Σ x·w over one row of MXFP4 blocks (`blocks.len() == 16 · scales.len()`),
 /// with x rounded by [`RoundedX16::new`].

@@ -8,10 +8,10 @@
 //! group of 32, like `quantize_x` in the CUDA kernels), each group's 32
 //! products are summed exactly in i32, and the group sum is scaled by the
 //! weight's step times x's in f32. Widening every code to f32 and
-//! multiplying by f32 x bound int8/int4 decode by the conversions (11.3 and
-//! 10.7 tok/s on Llama-3.2-1B, below bf16's bandwidth-bound speed); the
-//! integer products need one `vpmaddubsw` per 32 values instead of four
-//! conversions and four FMAs. x's rounding adds a relative error of about
+//! multiplying by f32 x bound int8/int4 decode by the conversions (11 and
+//! 8 GB/s of weights on Llama-3.2-1B, where bf16 streamed 19; BENCHMARKS.md,
+//! thirty-ninth session); the integer products need one `vpmaddubsw` per 32
+//! values instead of four conversions and four FMAs. x's rounding adds a relative error of about
 //! 1/254 of each group's largest value, well inside int8 weights' own.
 
 use half::f16;
@@ -48,7 +48,10 @@ const X_MAX: f32 = 127.0;
 
 /// Groups of an int4 x block: their even values' codes, then their odd
 /// ones' (see [`RoundedX::slot`]).
-const INT4_BLOCK: usize = 4;
+const INT4_BLOCK: usize = 2;
+
+/// Where a block's odd values start, after its groups' 16 even ones each.
+const INT4_ODD: usize = INT4_BLOCK * QUANT_GROUP / 2;
 
 /// Rounds one group of x (32 values) to integer codes of at most `x_max`:
 /// each value to the nearest multiple of the group's step max|x| / x_max,
@@ -118,17 +121,16 @@ impl RoundedX {
     }
 
     /// Where value `i` of group `g` is held. int8: in order. int4: in
-    /// blocks of 4 groups, the 4 groups' even values (16 each), then their
+    /// blocks of 2 groups, the 2 groups' even values (16 each), then their
     /// odd ones, which is how a group's 16 bytes give their low nibbles and
     /// then their high ones: two adjacent groups' 32 code bytes then meet
-    /// two 32-byte runs of x (AVX2) and four groups' 64 bytes two 64-byte
-    /// runs, with no interleaving.
+    /// two 32-byte runs of x, with no interleaving.
     fn slot(quant: Quant, g: usize, i: usize) -> usize {
         match quant {
             Quant::Int8 => g * QUANT_GROUP + i,
             Quant::Int4 => {
                 let block = g / INT4_BLOCK * INT4_BLOCK * QUANT_GROUP;
-                block + (i % 2) * (INT4_BLOCK * QUANT_GROUP / 2) + (g % INT4_BLOCK) * 16 + i / 2
+                block + (i % 2) * INT4_ODD + (g % INT4_BLOCK) * 16 + i / 2
             }
         }
     }
@@ -185,7 +187,7 @@ mod x86 {
     use half::f16;
     use turbospark_backend::Quant;
 
-    use super::RoundedX;
+    use super::{INT4_ODD, RoundedX};
     use crate::simd::hsum;
 
     /// Groups whose combined scales (weight step × x step) are made at
@@ -318,7 +320,7 @@ mod x86 {
             let hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
             let at = RoundedX::slot(Quant::Int4, g, 0);
             let even = _mm256_loadu_si256(x.codes.as_ptr().add(at).cast());
-            let odd = _mm256_loadu_si256(x.codes.as_ptr().add(at + 64).cast());
+            let odd = _mm256_loadu_si256(x.codes.as_ptr().add(at + INT4_ODD).cast());
             let pairs = _mm256_add_epi16(
                 _mm256_maddubs_epi16(lo, even),
                 _mm256_maddubs_epi16(hi, odd),
@@ -339,7 +341,7 @@ mod x86 {
             let hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
             let at = RoundedX::slot(Quant::Int4, g, 0);
             let even = _mm_loadu_si128(x.codes.as_ptr().add(at).cast());
-            let odd = _mm_loadu_si128(x.codes.as_ptr().add(at + 64).cast());
+            let odd = _mm_loadu_si128(x.codes.as_ptr().add(at + INT4_ODD).cast());
             let pairs = _mm_add_epi16(_mm_maddubs_epi16(lo, even), _mm_maddubs_epi16(hi, odd));
             let sums = _mm_madd_epi16(pairs, _mm_set1_epi16(1));
             _mm256_cvtepi32_ps(_mm256_zextsi128_si256(sums))

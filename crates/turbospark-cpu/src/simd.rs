@@ -168,7 +168,8 @@ mod x86 {
     /// each block's sum is scaled by 2^(s−127)/2 once.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_mxfp4(x: &[f32], blocks: &[u8], scales: &[u8]) -> f32 {
-        let lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        // SAFETY (the load): the table is 16 bytes.
+        let lut = unsafe { _mm_loadu_si128(super::E2M1_TWICE.as_ptr().cast()) };
         let low4 = _mm_set1_epi8(0x0F);
         let mut total = _mm256_setzero_ps();
         unsafe {
@@ -250,6 +251,10 @@ pub fn dot_f16(x: &[f32], w: &[u16]) -> f32 {
     }
     dot_portable(x, w, f16_bits_to_f32)
 }
+
+/// Twice each E2M1 value (integers, exact in i8), indexed by the 4-bit
+/// code: what the SIMD MXFP4 kernels look codes up as (`pshufb`).
+pub const E2M1_TWICE: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// The 16 E2M1 values, indexed by the 4-bit code (sign is the top bit).
 pub const E2M1: [f32; 16] = [

@@ -205,6 +205,10 @@ impl CpuWeight {
     }
 
     /// Dot product of row `r` with `x` (made by [`CpuWeight::input`]).
+    /// The rounding `x` holds decides the arithmetic: integer codes where
+    /// it has the weight's kind, f32 x otherwise (a weight made
+    /// [`with_f32_x`](Self::with_f32_x), or an input made for another
+    /// weight).
     #[inline]
     pub fn dot_row(&self, r: usize, x: &RowInput<'_>) -> f32 {
         let k = x.x.len();
@@ -213,35 +217,22 @@ impl CpuWeight {
             WeightData::F32(v) => crate::simd::dot_f32(x.x, &v[range]),
             WeightData::BF16(v) => crate::simd::dot_bf16(x.x, &v[range]),
             WeightData::F16(v) => crate::simd::dot_f16(x.x, &v[range]),
-            WeightData::Mxfp4 {
-                blocks,
-                scales,
-                int_x,
-            } => {
+            WeightData::Mxfp4 { blocks, scales, .. } => {
                 let groups = k / 32;
                 let (blocks, scales) = (
                     &blocks[r * groups * 16..(r + 1) * groups * 16],
                     &scales[r * groups..(r + 1) * groups],
                 );
-                if !int_x {
-                    return crate::simd::dot_mxfp4(x.x, blocks, scales);
+                match &x.rounded {
+                    Rounded::Int16(rx) => crate::mxfp4::dot(rx, blocks, scales),
+                    _ => crate::simd::dot_mxfp4(x.x, blocks, scales),
                 }
-                // An input made for another format is rounded again here.
-                let again;
-                let rounded = match &x.rounded {
-                    Rounded::Int16(r) => r,
-                    _ => {
-                        again = RoundedX16::new(x.x);
-                        &again
-                    }
-                };
-                crate::mxfp4::dot(rounded, blocks, scales)
             }
             WeightData::Quantized {
                 quant,
                 codes,
                 scales,
-                int_x,
+                ..
             } => {
                 let groups = k / QUANT_GROUP;
                 let per_row = match quant {
@@ -252,31 +243,26 @@ impl CpuWeight {
                     &codes[r * per_row..(r + 1) * per_row],
                     &scales[r * groups..(r + 1) * groups],
                 );
-                if !int_x {
-                    return ROW.with(|row| {
+                match &x.rounded {
+                    // The codes' layout follows the format it was rounded for.
+                    Rounded::Int8(rx) if rx.quant() == *quant => {
+                        crate::quant::dot(rx, codes, scales)
+                    }
+                    _ => ROW.with(|row| {
                         let mut row = row.borrow_mut();
                         row.resize(k, 0.0);
                         crate::quant::dequantize(codes, scales, *quant, 0, &mut row);
                         crate::simd::dot_f32(x.x, &row)
-                    });
+                    }),
                 }
-                // An input made for another format is rounded again here.
-                let again;
-                let rounded = match &x.rounded {
-                    Rounded::Int8(r) if r.quant() == *quant => r,
-                    _ => {
-                        again = RoundedX::new(x.x, *quant);
-                        &again
-                    }
-                };
-                crate::quant::dot(rounded, codes, scales)
             }
         }
     }
 }
 
 thread_local! {
-    /// A widened row of an f32-x int8/int4 weight (the reference path).
+    /// A widened row of an int8/int4 weight multiplying f32 x (the
+    /// reference path).
     static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 

@@ -181,9 +181,6 @@ fn rope_kv_write_equals_rope_rope_kv_write() {
     }
 }
 
-/// A recorded step's next inputs: random q, k and v rows (values within
-/// ±`scale`) copied into the tensors the recording reads, and the CPU's
-/// copies of them.
 /// Eight query heads of 64 over two KV heads (one GQA group of four).
 fn eight_heads_over_two(span: AttnSpan, softcap: Option<f32>) -> AttnParams {
     AttnParams {
@@ -208,6 +205,9 @@ fn one_row(g: &Cuda, spec: KvSpec, q_dim: usize) -> (CpuKv, CudaKv, QkvRow, Cuda
 /// A decode row's q, k and v on the GPU.
 type QkvRow = (CudaTensor, CudaTensor, CudaTensor);
 
+/// A recorded step's next inputs: random q, k and v rows (values within
+/// ±`scale`) copied into the tensors the recording reads, and the CPU's
+/// copies of them.
 fn next_step_inputs(
     g: &Cuda,
     rng: &mut Rng,
