@@ -263,21 +263,20 @@ mod x86 {
                             _mm256_loadu_si256(s.as_ptr().cast())
                         };
                         offset = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), cs, offset);
-                        for j in 0..n / 2 {
-                            // [c_2j × 4, c_2j+1 × 4]
-                            let lanes = _mm256_setr_epi32(
-                                2 * j as i32,
-                                2 * j as i32,
-                                2 * j as i32,
-                                2 * j as i32,
-                                2 * j as i32 + 1,
-                                2 * j as i32 + 1,
-                                2 * j as i32 + 1,
-                                2 * j as i32 + 1,
-                            );
+                        // Pairs two at a time into the two accumulators,
+                        // each pair's scales picked by a constant lane
+                        // table, so both chains stay in registers.
+                        let mut j = 0;
+                        while j + 1 < n / 2 {
                             let p = int4_pair(x, codes, g0 + 2 * j);
-                            let sc = _mm256_permutevar8x32_ps(cs, lanes);
-                            acc[j % 2] = _mm256_fmadd_ps(p, sc, acc[j % 2]);
+                            let q = int4_pair(x, codes, g0 + 2 * j + 2);
+                            acc[0] = _mm256_fmadd_ps(p, pair_scales(cs, j), acc[0]);
+                            acc[1] = _mm256_fmadd_ps(q, pair_scales(cs, j + 1), acc[1]);
+                            j += 2;
+                        }
+                        if j < n / 2 {
+                            let p = int4_pair(x, codes, g0 + 2 * j);
+                            acc[0] = _mm256_fmadd_ps(p, pair_scales(cs, j), acc[0]);
                         }
                         if n % 2 == 1 {
                             let p = int4_single(x, codes, g0 + n - 1);
@@ -292,6 +291,33 @@ mod x86 {
                 Quant::Int8 => total,
                 Quant::Int4 => total - 8.0 * hsum(offset),
             }
+        }
+    }
+
+    /// Lane tables for [`pair_scales`]: pair j's lanes 0-3 take scale 2j,
+    /// 4-7 scale 2j + 1.
+    const PAIR_LANES: [[i32; 8]; BATCH / 2] = {
+        let mut t = [[0; 8]; BATCH / 2];
+        let mut j = 0;
+        while j < BATCH / 2 {
+            let mut l = 0;
+            while l < 8 {
+                t[j][l] = (2 * j + l / 4) as i32;
+                l += 1;
+            }
+            j += 1;
+        }
+        t
+    };
+
+    /// The combined scales of a batch's pair `j` (groups 2j and 2j + 1),
+    /// spread over the lanes `int4_pair` gives them.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pair_scales(cs: __m256, j: usize) -> __m256 {
+        unsafe {
+            let lanes = _mm256_loadu_si256(PAIR_LANES[j].as_ptr().cast());
+            _mm256_permutevar8x32_ps(cs, lanes)
         }
     }
 
@@ -418,7 +444,7 @@ mod tests {
     /// x's rounding error of the f32 product.
     #[test]
     fn integer_dots_equal_the_dequantized_products() {
-        for groups in [1, 3, 8, 9, 17] {
+        for groups in [1, 3, 6, 8, 9, 14, 17] {
             let k = groups * 32;
             let w = values(k, 37, 41, 13.0);
             let mut x = values(k, 11, 19, 5.0);
