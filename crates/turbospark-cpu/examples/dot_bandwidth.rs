@@ -1,8 +1,8 @@
 //! How fast the CPU backend's decode GEMV streams a weight matrix, per
 //! format, on 1 thread and on all of them: the figures behind BENCHMARKS.md's
 //! CPU rows (`cargo run --release -p turbospark-cpu --example dot_bandwidth
-//! [ROWS]`; 131,072 rows of 2,048 by default, 537 MB in bf16, well past
-//! the caches; 4,096 rows fit in them).
+//! [ROWS [COLS]]`; 131,072 rows of 2,048 by default, 537 MB in bf16, well
+//! past the caches; 4,096 rows fit in them).
 
 use std::time::Instant;
 
@@ -13,7 +13,9 @@ fn main() {
     let m: usize = std::env::args()
         .nth(1)
         .map_or(131_072, |v| v.parse().expect("ROWS"));
-    let k = 2048;
+    let k: usize = std::env::args()
+        .nth(2)
+        .map_or(2048, |v| v.parse().expect("COLS, a multiple of 64"));
     // Any values will do: speed does not depend on them.
     let values: Vec<f32> = (0..m * k)
         .map(|i| ((i.wrapping_mul(2_654_435_761) % 1000) as f32 - 500.0) / 500.0)

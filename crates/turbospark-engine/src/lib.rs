@@ -13,4 +13,4 @@ pub mod perplexity;
 pub use engine::Engine;
 pub use error::{EngineError, Result};
 pub use generate::{FinishReason, GenParams, Generated};
-pub use perplexity::Perplexity;
+pub use perplexity::{Perplexity, Scoring};

@@ -320,6 +320,12 @@ pub struct PerplexityArgs {
     /// The text to score.
     #[arg(long)]
     pub text_file: PathBuf,
+    /// Score through the one-token decode path, one step a token, as
+    /// generation computes: int8, int4 and MXFP4 weights then multiply
+    /// activations rounded to integers. Slower than the default (one prompt
+    /// pass a window).
+    #[arg(long)]
+    pub decode: bool,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
