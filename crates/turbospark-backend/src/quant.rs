@@ -223,6 +223,7 @@ mod tests {
             dtype: DType::BF16,
             shape: &shape,
             bytes: &bytes,
+            map: None,
         };
         for q in [Quant::Int8, Quant::Int4] {
             let (codes, scales) = quantize_weight(&t, q).unwrap();
@@ -255,6 +256,7 @@ mod tests {
             dtype: DType::F32,
             shape: &shape,
             bytes: &bytes,
+            map: None,
         };
         let e = quantize_weight(&t, Quant::Int8).unwrap_err().to_string();
         assert!(
@@ -271,6 +273,7 @@ mod tests {
                 dtype,
                 shape: &shape,
                 bytes: &bytes,
+                map: None,
             };
             let e = quantize_weight(&t, Quant::Int4).unwrap_err().to_string();
             assert!(

@@ -13,6 +13,7 @@ pub mod mxfp4;
 pub mod ops;
 pub mod quant;
 pub mod simd;
+pub mod storage;
 pub mod weight;
 
 use std::collections::VecDeque;
@@ -23,6 +24,7 @@ use turbospark_backend::{
 use turbospark_format::{Activation, HostTensor};
 
 pub use attention::{CpuKv, KvRows};
+pub use storage::Storage;
 pub use weight::{CpuWeight, WeightData};
 
 /// A row-major `[rows, cols]` f32 matrix.

@@ -197,7 +197,7 @@ mod tests {
             let shape = vec![m, k];
             let weights = [
                 CpuWeight {
-                    data: WeightData::F32(wv.clone()),
+                    data: WeightData::F32(wv.clone().into()),
                     shape: shape.clone(),
                 },
                 CpuWeight {
@@ -327,8 +327,8 @@ mod tests {
         let scales: Vec<u8> = (0..m * k / 32).map(|i| 124 + (i % 5) as u8).collect();
         let make = || CpuWeight {
             data: WeightData::Mxfp4 {
-                blocks: blocks.clone(),
-                scales: scales.clone(),
+                blocks: blocks.clone().into(),
+                scales: scales.clone().into(),
                 int_x: true,
             },
             shape: vec![m, k],

@@ -1,26 +1,29 @@
 //! CPU weight storage. bf16 and f16 stay in their 16-bit form in memory
 //! (half the bytes of f32, which is what batch-1 decode is bound by) and are
 //! widened to f32 inside the kernels; f32 stays f32; MXFP4 stays packed and
-//! is decoded block by block; int8/int4 codes stay codes. Arithmetic is
-//! f32, except the integer group sums of int8/int4 decode (`quant.rs`).
+//! is decoded block by block; int8/int4 codes stay codes. Weights a
+//! checkpoint holds as they are used stay in its mapping ([`Storage`]).
+//! Arithmetic is f32, except the integer group sums of int8/int4/MXFP4
+//! decode (`quant.rs`, `mxfp4.rs`).
 
 use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
 use turbospark_format::{DType, HostTensor};
 
 use crate::mxfp4::RoundedX16;
 use crate::quant::RoundedX;
+use crate::storage::Storage;
 
 pub enum WeightData {
-    F32(Vec<f32>),
+    F32(Storage<f32>),
     /// Raw bf16 bits: the f32 value is `bits << 16`.
-    BF16(Vec<u16>),
+    BF16(Storage<u16>),
     /// Raw IEEE half bits.
-    F16(Vec<u16>),
+    F16(Storage<u16>),
     /// MXFP4: per row, `cols/2` bytes of E2M1 codes (low nibble first) and
     /// `cols/32` E8M0 scales, one per block of 32 values.
     Mxfp4 {
-        blocks: Vec<u8>,
-        scales: Vec<u8>,
+        blocks: Storage<u8>,
+        scales: Storage<u8>,
         /// Decode's dot products multiply x rounded to int16 codes
         /// (`mxfp4::RoundedX16`), as the GPU's MXFP4 GEMVs do; `false`
         /// multiplies f32 x ([`CpuWeight::with_f32_x`]).
@@ -46,20 +49,14 @@ pub struct CpuWeight {
 
 impl CpuWeight {
     pub fn from_host(t: &HostTensor<'_>) -> Result<Self> {
-        let halves = || -> Vec<u16> {
-            t.bytes
-                .chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                .collect()
-        };
         let data = match t.dtype {
             // Vectors (norms, biases, sinks) are widened once here: exact, a
             // few KB, and the kernels then borrow them instead of converting
             // on every call.
-            _ if t.shape.len() == 1 && t.dtype != DType::U8 => WeightData::F32(t.to_f32()),
-            DType::F32 => WeightData::F32(t.to_f32()),
-            DType::BF16 => WeightData::BF16(halves()),
-            DType::F16 => WeightData::F16(halves()),
+            _ if t.shape.len() == 1 && t.dtype != DType::U8 => WeightData::F32(t.to_f32().into()),
+            DType::F32 => WeightData::F32(Storage::of(t)),
+            DType::BF16 => WeightData::BF16(Storage::of(t)),
+            DType::F16 => WeightData::F16(Storage::of(t)),
             DType::U8 => {
                 return Err(BackendError::Unsupported(format!(
                     "tensor `{}`: u8 data is not a plain weight",
@@ -77,8 +74,8 @@ impl CpuWeight {
         let shape = turbospark_backend::mxfp4_shape(blocks, scales)?;
         Ok(CpuWeight {
             data: WeightData::Mxfp4 {
-                blocks: blocks.bytes.to_vec(),
-                scales: scales.bytes.to_vec(),
+                blocks: Storage::of(blocks),
+                scales: Storage::of(scales),
                 int_x: true,
             },
             shape,
@@ -113,7 +110,7 @@ impl CpuWeight {
 
     pub fn from_f32(values: &[f32], shape: &[usize]) -> Self {
         CpuWeight {
-            data: WeightData::F32(values.to_vec()),
+            data: WeightData::F32(values.to_vec().into()),
             shape: shape.to_vec(),
         }
     }
@@ -295,6 +292,7 @@ mod tests {
             dtype: DType::F32,
             shape: &[2, 32],
             bytes: &bytes,
+            map: None,
         };
         let e = CpuWeight::quantized(&t, Quant::Int8)
             .err()
@@ -312,5 +310,38 @@ mod tests {
             32 + 2 * 2,
             "int4: 16 code bytes and one f16 a group"
         );
+    }
+
+    /// A checkpoint's bf16 and MXFP4 weights stay in its mapping, with
+    /// the values a copy would hold; norms (vectors, widened to f32) are
+    /// owned.
+    #[test]
+    fn checkpoint_weights_are_read_in_place() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/gpt-oss-mxfp4");
+        let ckpt = turbospark_format::Checkpoint::open(&dir).unwrap();
+        let head = ckpt.get("lm_head.weight").unwrap();
+        let w = CpuWeight::from_host(&head).unwrap();
+        let copy = CpuWeight::from_host(&HostTensor { map: None, ..head }).unwrap();
+        match (&w.data, &copy.data) {
+            (WeightData::BF16(m), WeightData::BF16(c)) => {
+                assert!(m.is_mapped() && !c.is_mapped());
+                assert_eq!(&m[..], &c[..]);
+            }
+            _ => panic!("lm_head is bf16"),
+        }
+        let base = "model.layers.0.mlp.experts.down_proj";
+        let (b, s) = (
+            ckpt.get(&format!("{base}_blocks")).unwrap(),
+            ckpt.get(&format!("{base}_scales")).unwrap(),
+        );
+        let w = CpuWeight::from_mxfp4(&b, &s).unwrap();
+        let WeightData::Mxfp4 { blocks, scales, .. } = &w.data else {
+            panic!("MXFP4")
+        };
+        assert!(blocks.is_mapped() && scales.is_mapped());
+        assert_eq!((&blocks[..], &scales[..]), (b.bytes, s.bytes));
+        let norm = CpuWeight::from_host(&ckpt.get("model.norm.weight").unwrap()).unwrap();
+        assert!(matches!(&norm.data, WeightData::F32(v) if !v.is_mapped()));
     }
 }

@@ -46,6 +46,7 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         dtype: DType::U8,
         shape: &[4],
         bytes: &bytes,
+        map: None,
     };
     assert!(g.upload(&u8t).is_err() && Cpu.upload(&u8t).is_err());
     let bad_scales = HostTensor {
@@ -53,6 +54,7 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         dtype: DType::U8,
         shape: &[3],
         bytes: &bytes[..3],
+        map: None,
     };
     let blocks = [0u8; 64];
     let b = HostTensor {
@@ -60,6 +62,7 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         dtype: DType::U8,
         shape: &[4, 16],
         bytes: &blocks,
+        map: None,
     };
     assert!(g.upload_mxfp4(&b, &bad_scales).is_err() && Cpu.upload_mxfp4(&b, &bad_scales).is_err());
     let odd = encode(&rng.vec(2 * 33, 1.0), DType::BF16);
@@ -68,6 +71,7 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         dtype: DType::BF16,
         shape: &[2, 33],
         bytes: &odd,
+        map: None,
     };
     assert!(
         g.upload_quantized(&oddt, Quant::Int8).is_err()
@@ -80,6 +84,7 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         dtype: DType::F32,
         shape: &[1, 32],
         bytes: &huge,
+        map: None,
     };
     for e in [
         g.upload_quantized(&huget, Quant::Int8).err(),

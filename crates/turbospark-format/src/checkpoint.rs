@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype as StDtype, SafeTensors};
@@ -26,6 +27,11 @@ pub struct HostTensor<'a> {
     pub dtype: DType,
     pub shape: &'a [usize],
     pub bytes: &'a [u8],
+    /// The memory-mapped file `bytes` lie in, when they come straight from
+    /// one: a backend that computes on host memory may keep the weight
+    /// there (a clone of the `Arc`) instead of copying it. `None` for
+    /// bytes a caller made (transposed, stacked, generated).
+    pub map: Option<&'a Arc<Mmap>>,
 }
 
 impl HostTensor<'_> {
@@ -80,6 +86,8 @@ pub struct SourceTensor<'a> {
     pub dtype: DType,
     pub shape: Cow<'a, [usize]>,
     pub bytes: Cow<'a, [u8]>,
+    /// As [`HostTensor::map`], for borrowed bytes.
+    pub map: Option<&'a Arc<Mmap>>,
 }
 
 impl SourceTensor<'_> {
@@ -90,6 +98,10 @@ impl SourceTensor<'_> {
             dtype: self.dtype,
             shape: &self.shape,
             bytes: &self.bytes,
+            map: match self.bytes {
+                Cow::Borrowed(_) => self.map,
+                Cow::Owned(_) => None,
+            },
         }
     }
 }
@@ -101,6 +113,7 @@ impl<'a> From<HostTensor<'a>> for SourceTensor<'a> {
             dtype: t.dtype,
             shape: Cow::Borrowed(t.shape),
             bytes: Cow::Borrowed(t.bytes),
+            map: t.map,
         }
     }
 }
@@ -154,7 +167,7 @@ struct Entry {
 /// An opened checkpoint directory.
 pub struct Checkpoint {
     dir: PathBuf,
-    shards: Vec<Mmap>,
+    shards: Vec<Arc<Mmap>>,
     tensors: HashMap<String, Entry>,
 }
 
@@ -195,7 +208,8 @@ impl Checkpoint {
     fn add_shard(&mut self, path: &Path) -> Result<()> {
         let file = File::open(path).map_err(|e| io_err(path, e))?;
         // SAFETY: the mapping is read-only; like every inference engine we
-        // assume the checkpoint is not modified while it is loaded.
+        // assume the checkpoint is not modified while it is loaded (or, on
+        // the CPU, while its weights are used in place).
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
         let bad = |what: String| FormatError::Safetensors {
             file: path.to_path_buf(),
@@ -230,7 +244,7 @@ impl Checkpoint {
                 },
             );
         }
-        self.shards.push(mmap);
+        self.shards.push(Arc::new(mmap));
         Ok(())
     }
 
@@ -267,6 +281,7 @@ impl Checkpoint {
             dtype: e.dtype,
             shape: &e.shape,
             bytes: &self.shards[e.shard][e.start..e.end],
+            map: Some(&self.shards[e.shard]),
         })
     }
 
@@ -356,6 +371,7 @@ mod tests {
                 dtype,
                 shape: &[2, 3],
                 bytes: &bytes,
+                map: None,
             };
             let all = t.to_f32();
             assert_eq!(all.len(), 6, "{dtype:?}");
@@ -371,6 +387,7 @@ mod tests {
             dtype: DType::BF16,
             shape: &[2],
             bytes: &[0x40, 0x3f, 0xc0, 0xbf],
+            map: None,
         };
         assert_eq!(t.to_f32(), [0.75, -1.5]);
     }

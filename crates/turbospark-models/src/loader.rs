@@ -87,6 +87,7 @@ impl<'a, B: Backend> Loader<'a, B> {
             dtype: t.dtype,
             shape: &shape,
             bytes: &bytes,
+            map: None,
         })?;
         self.account(t.bytes.len() as u64, &w);
         Ok(w)
@@ -129,6 +130,7 @@ impl<'a, B: Backend> Loader<'a, B> {
             dtype: dtype.unwrap_or(turbospark_format::DType::F32),
             shape: &shape,
             bytes: &bytes,
+            map: None,
         })?;
         self.account(bytes.len() as u64, &w);
         Ok(w)

@@ -112,6 +112,7 @@ pub fn weight(g: &Cuda, values: &[f32], shape: &[usize], dtype: DType) -> (CpuWe
         dtype,
         shape,
         bytes: &bytes,
+        map: None,
     };
     (Cpu.upload(&t).unwrap(), g.upload(&t).unwrap())
 }
@@ -145,12 +146,14 @@ pub fn mxfp4_scaled(
         dtype: DType::U8,
         shape: &bshape,
         bytes: &blocks,
+        map: None,
     };
     let s = HostTensor {
         name: "scales",
         dtype: DType::U8,
         shape: &sshape,
         bytes: &scales,
+        map: None,
     };
     (
         // The reference multiplies f32 x (see `quantized`).
@@ -166,6 +169,7 @@ pub fn quantized(g: &Cuda, values: &[f32], shape: [usize; 2], q: Quant) -> (CpuW
         dtype: DType::BF16,
         shape: &shape,
         bytes: &bytes,
+        map: None,
     };
     (
         // The reference multiplies f32 x: the bounds (tolerances.rs) are

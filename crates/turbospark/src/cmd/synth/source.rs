@@ -96,6 +96,7 @@ impl TensorSource for SyntheticModel {
             dtype: t.fill.dtype(),
             shape: Cow::Borrowed(&t.shape),
             bytes: Cow::Owned(fill(t.numel(), self.seed ^ (k as u64) << 32, t.fill)),
+            map: None,
         })
     }
 }
