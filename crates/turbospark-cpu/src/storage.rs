@@ -83,16 +83,12 @@ impl<T: Plain> Storage<T> {
         if !(cfg!(target_endian = "little") && inside && fits) {
             return None;
         }
-        let offset = start - base;
-        // Read the pages in now, in one call, as a copy would have: the
-        // load's progress then tells the truth, and the first token does
-        // not fault the weights in page by page. Where the kernel cannot
-        // (before Linux 5.14), the pages come in as they are first read.
-        #[cfg(target_os = "linux")]
-        let _ = map.advise_range(memmap2::Advice::PopulateRead, offset, t.bytes.len());
+        // A checkpoint has read the pages in as it handed the tensor out
+        // (`Checkpoint::get`), so the load's progress tells the truth and
+        // the first token does not fault the weights in page by page.
         Some(Storage::Mapped {
             map: Arc::clone(map),
-            offset,
+            offset: start - base,
             len: t.bytes.len() / size,
         })
     }

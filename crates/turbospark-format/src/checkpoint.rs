@@ -268,6 +268,10 @@ impl Checkpoint {
             .sum()
     }
 
+    /// The tensor `name`, its pages read in: one `madvise(MADV_POPULATE_READ)`
+    /// over its bytes (Linux 5.14+; elsewhere they come in as first read),
+    /// so that a backend copying or quantizing it, or the CPU reading it in
+    /// place for the first token, does not fault it in a page at a time.
     pub fn get(&self, name: &str) -> Result<HostTensor<'_>> {
         let (key, e) =
             self.tensors
@@ -276,6 +280,12 @@ impl Checkpoint {
                     name: name.to_string(),
                     dir: self.dir.clone(),
                 })?;
+        #[cfg(target_os = "linux")]
+        let _ = self.shards[e.shard].advise_range(
+            memmap2::Advice::PopulateRead,
+            e.start,
+            e.end - e.start,
+        );
         Ok(HostTensor {
             name: key,
             dtype: e.dtype,
