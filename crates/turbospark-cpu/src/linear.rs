@@ -23,18 +23,24 @@ use crate::weight::{CpuWeight, WeightData};
 /// rows, both paths forced; BENCHMARKS.md, thirty-ninth session): the
 /// integer dots of int8, int4 and MXFP4 equal the GEMM at ~16-20 rows
 /// (int4 at 16: 13.9 against 17.1 ms), the f32 dots of 16-bit weights at
-/// ~12 (bf16 at 8: 9.2 against 11.0 ms). A reference weight that widens
+/// ~12 (bf16 at 8: 9.2 against 11.0 ms). MXFP4, whose dot path takes four
+/// x rows a call and looks each block up once for them, equals the GEMM at
+/// ~28 (fortieth session: 24 rows 17.0 against 17.6 ms, 32 rows 23.2
+/// against 21.8). A reference weight that widens
 /// its rows for f32 x ([`CpuWeight::with_f32_x`]) widens them again for
 /// every x row, so it keeps to the dot path only below 4.
 fn gemm_min_rows(w: &CpuWeight) -> usize {
     match &w.data {
-        WeightData::Quantized { int_x: true, .. } | WeightData::Mxfp4 { int_x: true, .. } => 16,
+        WeightData::Mxfp4 { int_x: true, .. } => 28,
+        WeightData::Quantized { int_x: true, .. } => 16,
         WeightData::Quantized { .. } => 4,
         _ => 12,
     }
 }
 /// Rows of W per parallel task in the dot path.
 const DOT_BAND: usize = 16;
+/// Rows of x a dot-path call takes together ([`CpuWeight::dot_row_inputs`]).
+const X_ROWS: usize = 4;
 /// Rows of W widened and multiplied together in the GEMM path.
 const GEMM_BLOCK: usize = 64;
 
@@ -95,7 +101,18 @@ fn linear_dot(x: &[f32], k: usize, row0: usize, m: usize, w: &CpuWeight, out: &m
     (0..m.div_ceil(DOT_BAND)).into_par_iter().for_each(|band| {
         let rows = band * DOT_BAND..((band + 1) * DOT_BAND).min(m);
         for r in rows {
-            for (t, input) in inputs.iter().enumerate() {
+            // x rows four at a time (a format that can share work between
+            // them does, `dot_row_inputs`), then one at a time.
+            let mut t = 0;
+            while t + X_ROWS <= inputs.len() {
+                let xs = std::array::from_fn::<_, X_ROWS, _>(|i| &inputs[t + i]);
+                for (i, v) in w.dot_row_inputs(row0 + r, xs).into_iter().enumerate() {
+                    // SAFETY: (t + i, r) is written by exactly this task.
+                    unsafe { *ptr.at((t + i) * m + r) = v };
+                }
+                t += X_ROWS;
+            }
+            for (t, input) in inputs.iter().enumerate().skip(t) {
                 let v = w.dot_row(row0 + r, input);
                 // SAFETY: (t, r) is written by exactly this task.
                 unsafe { *ptr.at(t * m + r) = v };

@@ -45,12 +45,24 @@ impl RoundedX16 {
 /// Σ x·w over one row of MXFP4 blocks (`blocks.len() == 16 · scales.len()`),
 /// with x rounded by [`RoundedX16::new`].
 pub fn dot(x: &RoundedX16, blocks: &[u8], scales: &[u8]) -> f32 {
+    dot_inputs([x], blocks, scales)[0]
+}
+
+/// [`dot`] for N rows of x at once: each block's codes are looked up and
+/// widened once for all of them (prefill's few rows: an MoE expert's
+/// tokens, a short prompt).
+pub fn dot_inputs<const N: usize>(xs: [&RoundedX16; N], blocks: &[u8], scales: &[u8]) -> [f32; N] {
+    assert!(
+        blocks.len() == 16 * scales.len() && xs.iter().all(|x| x.steps.len() == scales.len()),
+        "mxfp4::dot_inputs: a row of x does not match the weight row's {} blocks",
+        scales.len()
+    );
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: features checked; lengths follow from the row layout.
-        return unsafe { x86::dot(x, blocks, scales) };
+        // SAFETY: features checked; lengths checked above.
+        return unsafe { x86::dot(xs, blocks, scales) };
     }
-    dot_portable(x, blocks, scales)
+    xs.map(|x| dot_portable(x, blocks, scales))
 }
 
 /// The same integer block sums as the SIMD kernel, scaled and summed in
@@ -80,38 +92,55 @@ mod x86 {
     use super::{RoundedX16, TWICE};
     use crate::simd::{e8m0, hsum, prefetch_ahead};
 
-    /// Block g's 32 products, four to an f32 lane (exact: < 2^24).
+    /// Block g's codes looked up as twice their values (`pshufb`) and
+    /// widened to i16: its 16 even values (low nibbles), then its 16 odd
+    /// ones (high nibbles).
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn block(x: &RoundedX16, blocks: &[u8], g: usize) -> __m256 {
+    unsafe fn widen(blocks: &[u8], g: usize) -> [__m256i; 2] {
         unsafe {
             let lut = _mm_loadu_si128(TWICE.as_ptr().cast());
             let low4 = _mm_set1_epi8(0x0F);
             let b = _mm_loadu_si128(blocks.as_ptr().add(g * 16).cast());
-            let even = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(b, low4)));
-            let odd = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
-                lut,
-                _mm_and_si128(_mm_srli_epi16(b, 4), low4),
-            ));
+            let high = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+            [
+                _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, _mm_and_si128(b, low4))),
+                _mm256_cvtepi8_epi16(_mm_shuffle_epi8(lut, high)),
+            ]
+        }
+    }
+
+    /// A widened block's 32 products with x's codes of group g, four to an
+    /// f32 lane (exact: < 2^24).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn products(w: &[__m256i; 2], x: &RoundedX16, g: usize) -> __m256 {
+        unsafe {
             let xp = x.codes.as_ptr().add(g * 32);
             let sums = _mm256_add_epi32(
-                _mm256_madd_epi16(even, _mm256_loadu_si256(xp.cast())),
-                _mm256_madd_epi16(odd, _mm256_loadu_si256(xp.add(16).cast())),
+                _mm256_madd_epi16(w[0], _mm256_loadu_si256(xp.cast())),
+                _mm256_madd_epi16(w[1], _mm256_loadu_si256(xp.add(16).cast())),
             );
             _mm256_cvtepi32_ps(sums)
         }
     }
 
-    /// Per block: its 16 bytes' low nibbles (even values) and high nibbles
-    /// (odd values) looked up as twice their values (`pshufb`), widened to
-    /// i16 and multiplied by x's codes in pairs (`vpmaddwd`: 8 i32 lanes),
-    /// widened to f32 and added times the block's combined scale, into two
-    /// accumulators in turn so that the FMA's latency does not chain every
-    /// block.
+    /// Per block: its codes widened once ([`widen`]) and multiplied by each
+    /// of the N rows of x's codes in pairs (`vpmaddwd`: 8 i32 lanes),
+    /// widened to f32 and added times the block's combined scale for that
+    /// row, into two accumulators a row in turn so that the FMA's latency
+    /// does not chain every block. The lookup and widening are most of a
+    /// block's instructions, so N rows cost far less than N calls.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot(x: &RoundedX16, blocks: &[u8], scales: &[u8]) -> f32 {
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let mut combined = [0.0f32; 8];
+    pub unsafe fn dot<const N: usize>(
+        xs: [&RoundedX16; N],
+        blocks: &[u8],
+        scales: &[u8],
+    ) -> [f32; N] {
+        // Loops over `t` have a constant count and unroll, so every
+        // accumulator is a register.
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let mut combined = [[0.0f32; 8]; N];
         unsafe {
             let groups = scales.len();
             for g0 in (0..groups).step_by(8) {
@@ -125,29 +154,44 @@ mod x86 {
                     let pow = _mm256_castsi256_ps(_mm256_slli_epi32(s, 23));
                     let zero = _mm256_castsi256_ps(_mm256_cmpeq_epi32(s, _mm256_setzero_si256()));
                     let pow = _mm256_blendv_ps(pow, _mm256_set1_ps(e8m0(0)), zero);
-                    let c = _mm256_mul_ps(
-                        _mm256_mul_ps(pow, _mm256_set1_ps(0.5)),
-                        _mm256_loadu_ps(x.steps.as_ptr().add(g0)),
-                    );
-                    _mm256_storeu_ps(combined.as_mut_ptr(), c);
+                    let half = _mm256_mul_ps(pow, _mm256_set1_ps(0.5));
+                    for t in 0..N {
+                        let c = _mm256_mul_ps(half, _mm256_loadu_ps(xs[t].steps.as_ptr().add(g0)));
+                        _mm256_storeu_ps(combined[t].as_mut_ptr(), c);
+                    }
                 } else {
-                    for (i, c) in combined.iter_mut().enumerate().take(n) {
-                        *c = e8m0(scales[g0 + i]) * 0.5 * x.steps[g0 + i];
+                    for t in 0..N {
+                        for (i, c) in combined[t].iter_mut().enumerate().take(n) {
+                            *c = e8m0(scales[g0 + i]) * 0.5 * xs[t].steps[g0 + i];
+                        }
                     }
                 }
                 let mut i = 0;
                 while i + 1 < n {
-                    let (a, b) = (block(x, blocks, g0 + i), block(x, blocks, g0 + i + 1));
-                    acc[0] = _mm256_fmadd_ps(a, _mm256_broadcast_ss(&combined[i]), acc[0]);
-                    acc[1] = _mm256_fmadd_ps(b, _mm256_broadcast_ss(&combined[i + 1]), acc[1]);
+                    let (a, b) = (widen(blocks, g0 + i), widen(blocks, g0 + i + 1));
+                    for t in 0..N {
+                        let (ca, cb) = (&combined[t][i], &combined[t][i + 1]);
+                        let pa = products(&a, xs[t], g0 + i);
+                        let pb = products(&b, xs[t], g0 + i + 1);
+                        acc[t][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(ca), acc[t][0]);
+                        acc[t][1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(cb), acc[t][1]);
+                    }
                     i += 2;
                 }
                 if i < n {
-                    let a = block(x, blocks, g0 + i);
-                    acc[0] = _mm256_fmadd_ps(a, _mm256_broadcast_ss(&combined[i]), acc[0]);
+                    let a = widen(blocks, g0 + i);
+                    for t in 0..N {
+                        let pa = products(&a, xs[t], g0 + i);
+                        let ca = &combined[t][i];
+                        acc[t][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(ca), acc[t][0]);
+                    }
                 }
             }
-            hsum(_mm256_add_ps(acc[0], acc[1]))
+            let mut out = [0.0; N];
+            for t in 0..N {
+                out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+            }
+            out
         }
     }
 }
@@ -196,6 +240,34 @@ mod tests {
                 bound < 1e-4 * scale,
                 "int16 steps are fine: {bound} of {scale}"
             );
+        }
+    }
+
+    /// Four rows of x at once give each row exactly what a call of its
+    /// own gives (same products, same order), over full and partial scale
+    /// batches and an odd last block.
+    #[test]
+    fn rows_of_x_together_equal_rows_alone() {
+        for groups in [1, 3, 8, 13, 90] {
+            let k = groups * 32;
+            let blocks: Vec<u8> = (0..k / 2).map(|i| (i * 37 + i / 7) as u8).collect();
+            let scales: Vec<u8> = (0..groups).map(|g| [118, 127, 130, 0][g % 4]).collect();
+            let xs: Vec<RoundedX16> = (0..4)
+                .map(|t| {
+                    let x: Vec<f32> = (0..k)
+                        .map(|i| ((i * (7 + 2 * t) % 19) as f32 - 9.0) / (3.0 + t as f32))
+                        .collect();
+                    RoundedX16::new(&x)
+                })
+                .collect();
+            let together = dot_inputs([&xs[0], &xs[1], &xs[2], &xs[3]], &blocks, &scales);
+            for (t, x) in xs.iter().enumerate() {
+                assert_eq!(
+                    together[t].to_bits(),
+                    dot(x, &blocks, &scales).to_bits(),
+                    "groups={groups} row {t}"
+                );
+            }
         }
     }
 }

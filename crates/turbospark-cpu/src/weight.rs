@@ -257,6 +257,31 @@ impl CpuWeight {
     }
 }
 
+impl CpuWeight {
+    /// [`dot_row`](Self::dot_row) of row `r` with N rows of x. MXFP4 rows
+    /// whose x rows are all rounded for them go through one kernel call,
+    /// which looks up and widens each block once for the N rows; other
+    /// formats take one x row at a time.
+    #[inline]
+    pub fn dot_row_inputs<const N: usize>(&self, r: usize, xs: [&RowInput<'_>; N]) -> [f32; N] {
+        if let WeightData::Mxfp4 { blocks, scales, .. } = &self.data {
+            let rounded = xs.map(|x| match &x.rounded {
+                Rounded::Int16(rx) => Some(rx),
+                _ => None,
+            });
+            if rounded.iter().all(Option::is_some) {
+                let groups = xs[0].x.len() / 32;
+                return crate::mxfp4::dot_inputs(
+                    rounded.map(|rx| rx.expect("checked")),
+                    &blocks[r * groups * 16..(r + 1) * groups * 16],
+                    &scales[r * groups..(r + 1) * groups],
+                );
+            }
+        }
+        xs.map(|x| self.dot_row(r, x))
+    }
+}
+
 thread_local! {
     /// A widened row of an int8/int4 weight multiplying f32 x (the
     /// reference path).
