@@ -100,18 +100,23 @@ fn linear_dot(x: &[f32], k: usize, row0: usize, m: usize, w: &CpuWeight, out: &m
     let inputs: Vec<_> = x.chunks_exact(k).map(|row| w.input(row)).collect();
     (0..m.div_ceil(DOT_BAND)).into_par_iter().for_each(|band| {
         let rows = band * DOT_BAND..((band + 1) * DOT_BAND).min(m);
-        for r in rows {
-            // x rows four at a time (a format that can share work between
-            // them does, `dot_row_inputs`), then one at a time.
-            let mut t = 0;
-            while t + X_ROWS <= inputs.len() {
-                let xs = std::array::from_fn::<_, X_ROWS, _>(|i| &inputs[t + i]);
+        // x rows four at a time (a format that can share work between them
+        // does, `dot_row_inputs`), each group against the band's weight
+        // rows while it is in L1 (the rows come from L2 after the first
+        // group: they are the smaller side, 4 bits a value against x's
+        // 16), then the rest one at a time.
+        let mut t = 0;
+        while t + X_ROWS <= inputs.len() {
+            let xs = std::array::from_fn::<_, X_ROWS, _>(|i| &inputs[t + i]);
+            for r in rows.clone() {
                 for (i, v) in w.dot_row_inputs(row0 + r, xs).into_iter().enumerate() {
                     // SAFETY: (t + i, r) is written by exactly this task.
                     unsafe { *ptr.at((t + i) * m + r) = v };
                 }
-                t += X_ROWS;
             }
+            t += X_ROWS;
+        }
+        for r in rows {
             for (t, input) in inputs.iter().enumerate().skip(t) {
                 let v = w.dot_row(row0 + r, input);
                 // SAFETY: (t, r) is written by exactly this task.

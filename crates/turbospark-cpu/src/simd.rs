@@ -168,39 +168,67 @@ mod x86 {
     /// each block's sum is scaled by 2^(s−127)/2 once.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_mxfp4(x: &[f32], blocks: &[u8], scales: &[u8]) -> f32 {
-        // SAFETY (the load): the table is 16 bytes.
-        let lut = unsafe { _mm_loadu_si128(super::E2M1_TWICE.as_ptr().cast()) };
-        let low4 = _mm_set1_epi8(0x0F);
         let mut total = _mm256_setzero_ps();
         unsafe {
             for (g, &s) in scales.iter().enumerate() {
                 if g % 4 == 0 {
                     prefetch_ahead(blocks.as_ptr().add(g * 16), 64);
                 }
-                let bytes = _mm_loadu_si128(blocks.as_ptr().add(g * 16) as *const __m128i);
-                let lo = _mm_and_si128(bytes, low4);
-                let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-                // Element 2j is byte j's low nibble, 2j+1 its high nibble.
-                let first = _mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi));
-                let second = _mm_shuffle_epi8(lut, _mm_unpackhi_epi8(lo, hi));
                 let xp = x.as_ptr().add(g * 32);
                 let mut acc = _mm256_setzero_ps();
-                for (j, codes) in [
-                    first,
-                    _mm_srli_si128(first, 8),
-                    second,
-                    _mm_srli_si128(second, 8),
-                ]
-                .into_iter()
-                .enumerate()
+                for (j, w) in mxfp4_twice(blocks.as_ptr().add(g * 16))
+                    .into_iter()
+                    .enumerate()
                 {
-                    let w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
                     acc = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8 * j)), w, acc);
                 }
                 let scale = _mm256_set1_ps(super::e8m0(s) * 0.5);
                 total = _mm256_fmadd_ps(acc, scale, total);
             }
             hsum(total)
+        }
+    }
+
+    /// One block's 32 values at `p` (16 bytes) as twice their E2M1 values,
+    /// in element order (element 2j is byte j's low nibble, 2j + 1 its
+    /// high one), eight to a vector.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn mxfp4_twice(p: *const u8) -> [__m256; 4] {
+        unsafe {
+            let lut = _mm_loadu_si128(super::E2M1_TWICE.as_ptr().cast());
+            let low4 = _mm_set1_epi8(0x0F);
+            let bytes = _mm_loadu_si128(p.cast());
+            let lo = _mm_and_si128(bytes, low4);
+            let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+            let first = _mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi));
+            let second = _mm_shuffle_epi8(lut, _mm_unpackhi_epi8(lo, hi));
+            [
+                first,
+                _mm_srli_si128(first, 8),
+                second,
+                _mm_srli_si128(second, 8),
+            ]
+            .map(|codes| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)))
+        }
+    }
+
+    /// [`super::decode_mxfp4`]: each block's doubled values times half its
+    /// scale (both exact: the result is the scalar decoding's, but for the
+    /// sign of a zero).
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn decode_mxfp4(blocks: &[u8], scales: &[u8], out: &mut [f32]) {
+        unsafe {
+            for (g, &s) in scales.iter().enumerate() {
+                let scale = _mm256_set1_ps(super::e8m0(s) * 0.5);
+                let o = out.as_mut_ptr().add(g * 32);
+                for (j, w) in mxfp4_twice(blocks.as_ptr().add(g * 16))
+                    .into_iter()
+                    .enumerate()
+                {
+                    _mm256_storeu_ps(o.add(8 * j), _mm256_mul_ps(w, scale));
+                }
+            }
         }
     }
 
@@ -272,13 +300,28 @@ pub fn e8m0(s: u8) -> f32 {
 }
 
 /// Decodes one 32-value MXFP4 block: byte j holds elements 2j (low nibble)
-/// and 2j + 1 (high nibble).
+/// and 2j + 1 (high nibble). The definition [`decode_mxfp4`] vectorizes.
 #[inline]
 pub fn decode_mxfp4_block(bytes: &[u8], scale: u8, out: &mut [f32]) {
     let s = e8m0(scale);
     for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
         pair[0] = E2M1[(b & 0x0F) as usize] * s;
         pair[1] = E2M1[(b >> 4) as usize] * s;
+    }
+}
+
+/// Decodes consecutive MXFP4 blocks (16 bytes and one scale each) into
+/// `out`, 32 values a block: what a GEMM over MXFP4 weights widens its
+/// rows with.
+pub fn decode_mxfp4(blocks: &[u8], scales: &[u8], out: &mut [f32]) {
+    assert!(blocks.len() == scales.len() * 16 && out.len() == scales.len() * 32);
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2_fma() {
+        // SAFETY: features checked above; lengths checked.
+        return unsafe { x86::decode_mxfp4(blocks, scales, out) };
+    }
+    for (g, o) in out.chunks_exact_mut(32).enumerate() {
+        decode_mxfp4_block(&blocks[g * 16..g * 16 + 16], scales[g], o);
     }
 }
 
@@ -397,5 +440,21 @@ mod tests {
         let mut one = [0.0f32; 32];
         decode_mxfp4_block(&[0x21; 16], 127, &mut one);
         assert_eq!((one[0], one[1]), (0.5, 1.0));
+        // The vectorized decoding of a run of blocks gives every value the
+        // scalar one gives (scales 0, 1 and 255 included: subnormal, inf).
+        let scales: Vec<u8> = (0..groups)
+            .map(|g| [0, 1, 120, 127, 200, 255][g % 6])
+            .collect();
+        let mut many = vec![0.0f32; groups * 32];
+        decode_mxfp4(&blocks, &scales, &mut many);
+        for g in 0..groups {
+            decode_mxfp4_block(&blocks[g * 16..g * 16 + 16], scales[g], &mut buf);
+            for (j, (&a, &b)) in many[g * 32..].iter().zip(&buf).enumerate() {
+                assert!(
+                    a == b || (a.is_nan() && b.is_nan()),
+                    "block {g} value {j}: {a} vs {b}"
+                );
+            }
+        }
     }
 }

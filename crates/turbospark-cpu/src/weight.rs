@@ -150,11 +150,8 @@ impl CpuWeight {
                     start.is_multiple_of(32) && out.len().is_multiple_of(32),
                     "MXFP4 reads whole blocks"
                 );
-                let g0 = start / 32;
-                for (g, o) in out.chunks_exact_mut(32).enumerate() {
-                    let b = (g0 + g) * 16;
-                    crate::simd::decode_mxfp4_block(&blocks[b..b + 16], scales[g0 + g], o);
-                }
+                let (g0, g1) = (start / 32, end / 32);
+                crate::simd::decode_mxfp4(&blocks[g0 * 16..g1 * 16], &scales[g0..g1], out);
             }
             WeightData::Quantized {
                 quant,
