@@ -141,6 +141,7 @@ fn decode_scoring_sees_the_integer_activations() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let opts = LoadOptions {
         quant: Some(Quant::Int8),
+        ..LoadOptions::default()
     };
     let engine = Engine::load_with(
         Cpu,

@@ -12,7 +12,7 @@ use std::cell::Cell;
 
 use turbospark_backend::{Backend, Quant};
 use turbospark_format::HostTensor;
-use turbospark_format::checkpoint::TensorSource;
+use turbospark_format::checkpoint::{SourceTensor, TensorSource};
 
 use crate::error::Result;
 
@@ -24,6 +24,10 @@ pub type Progress<'a> = &'a dyn Fn(u64, u64);
 pub struct LoadOptions {
     /// Weight-only quantization of the projection matrices.
     pub quant: Option<Quant>,
+    /// Hand every tensor to the backend without its mapping (llama.cpp's
+    /// `--no-mmap`): the CPU then copies the weights it would read in
+    /// place, so the checkpoint may change or vanish while the model runs.
+    pub no_mmap: bool,
 }
 
 pub struct Loader<'a, B: Backend> {
@@ -58,7 +62,7 @@ impl<'a, B: Backend> Loader<'a, B> {
     /// The tensor `name` with exactly `shape`, uploaded as stored.
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
         let t = self.ckpt.fetch_shaped(name, shape)?;
-        let w = self.be.upload(&t.view())?;
+        let w = self.be.upload(&self.host(&t))?;
         self.account(t.bytes.len() as u64, &w);
         Ok(w)
     }
@@ -145,9 +149,21 @@ impl<'a, B: Backend> Loader<'a, B> {
         let scales = self
             .ckpt
             .fetch_shaped(&format!("{base}_scales"), &[lead, rows, cols / 32])?;
-        let w = self.be.upload_mxfp4(&blocks.view(), &scales.view())?;
+        let w = self
+            .be
+            .upload_mxfp4(&self.host(&blocks), &self.host(&scales))?;
         self.account((blocks.bytes.len() + scales.bytes.len()) as u64, &w);
         Ok(w)
+    }
+
+    /// The tensor as the backend gets it: with its mapping, unless
+    /// [`LoadOptions::no_mmap`].
+    fn host<'t>(&self, t: &'t SourceTensor<'_>) -> HostTensor<'t> {
+        let mut view = t.view();
+        if self.opts.no_mmap {
+            view.map = None;
+        }
+        view
     }
 
     fn account(&self, read: u64, w: &B::Weight) {

@@ -9,7 +9,13 @@ use turbospark_backend::Quant;
 use turbospark_models::LoadOptions;
 
 fn err(name: &str, quant: Quant) -> (f32, usize) {
-    let c = run_with_options(name, LoadOptions { quant: Some(quant) });
+    let c = run_with_options(
+        name,
+        LoadOptions {
+            quant: Some(quant),
+            ..LoadOptions::default()
+        },
+    );
     (c.worst_rel_err, c.argmax_mismatches)
 }
 
@@ -56,6 +62,7 @@ fn a_tied_head_is_quantized_too() {
         &dir,
         LoadOptions {
             quant: Some(Quant::Int8),
+            ..LoadOptions::default()
         },
         &progress,
     )

@@ -83,6 +83,12 @@ pub struct ModelArgs {
     /// Quantize the projection weights at load (weight-only, per-32 scales).
     #[arg(long, value_enum)]
     pub quant: Option<QuantArg>,
+    /// Copy the weights out of the checkpoint instead of reading them in
+    /// place from its memory mapping (the CPU's default): the checkpoint
+    /// may then change while the model runs, at the cost of a slower load
+    /// and the model's memory again.
+    #[arg(long)]
+    pub no_mmap: bool,
     /// Operand precision of the GPU's prefill paths: bf16 tensor cores
     /// (activations rounded to bf16; the default), or f32-level results at
     /// about half the prefill speed (for comparisons with references). The

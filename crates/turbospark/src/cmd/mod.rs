@@ -122,13 +122,14 @@ pub fn kv_dtype(args: &ModelArgs) -> Option<KvDtype> {
     }
 }
 
-/// `--quant` as load options.
+/// `--quant` and `--no-mmap` as load options.
 pub fn load_options(args: &ModelArgs) -> LoadOptions {
     LoadOptions {
         quant: args.quant.map(|q| match q {
             QuantArg::Int8 => Quant::Int8,
             QuantArg::Int4 => Quant::Int4,
         }),
+        no_mmap: args.no_mmap,
     }
 }
 
