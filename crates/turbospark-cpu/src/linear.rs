@@ -103,8 +103,8 @@ fn linear_dot(x: &[f32], k: usize, row0: usize, m: usize, w: &CpuWeight, out: &m
         // x rows four at a time (a format that can share work between them
         // does, `dot_row_inputs`), each group against the band's weight
         // rows while it is in L1 (the rows come from L2 after the first
-        // group: they are the smaller side, 4 bits a value against x's
-        // 16), then the rest one at a time.
+        // group: they are the smaller side, 4 to 16 bits a value against
+        // x's 16 to 32), then the rest one at a time.
         let mut t = 0;
         while t + X_ROWS <= inputs.len() {
             let xs = std::array::from_fn::<_, X_ROWS, _>(|i| &inputs[t + i]);

@@ -9,7 +9,8 @@
 //! Why: widening every code to f32 and multiplying f32 x (`simd::dot_mxfp4`,
 //! which stays the reference: `CpuWeight::with_f32_x`) bound gpt-oss's
 //! experts at ~6 GB/s a core, a third of what a core streams; `vpmaddwd`
-//! takes 16 products a step.
+//! takes 16 products a step. Prefill's few rows (an expert's tokens) go
+//! four x rows a call ([`dot_inputs`]), each block looked up once for them.
 
 use crate::quant::round_group;
 use crate::simd::{E2M1_TWICE as TWICE, e8m0};
