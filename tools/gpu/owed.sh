@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after tools/gpu/bundle.sh:
 # the figures the sessions without a GPU left owed (BENCHMARKS.md's "For the
-# next GPU session" lines), in one call of about eight minutes:
+# next GPU session" lines), in one call of about a minute (54 s on
+# 2026-12-05):
 # - the rows of BENCHMARKS.md's table no GPU has measured since the CPU's
 #   changes to the shared loader: gpt-oss-20b with `--quant int8|int4` (the
 #   analogue of llama.cpp's Q8_0-rest GGUF, 324.1 tok/s on this GPU) and

@@ -252,9 +252,7 @@ impl CpuWeight {
             }
         }
     }
-}
 
-impl CpuWeight {
     /// [`dot_row`](Self::dot_row) of row `r` with N rows of x. MXFP4 rows
     /// whose x rows are all rounded for them go through one kernel call,
     /// which looks up and widens each block once for the N rows; other
