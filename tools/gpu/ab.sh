@@ -12,7 +12,8 @@
 # GEN_LEN=16 for prefill alone costs about a third of the time.
 # BINS (default "turbospark_old turbospark") names the builds to
 # alternate, e.g. those `PATCHES=... tools/gpu/bundle.sh` made; an entry
-# VAR=VALUE@NAME runs build NAME with VAR set (one knob of one build).
+# VAR=VALUE@NAME runs build NAME with VAR set (one knob of one build;
+# VAR=a,OTHER=b@NAME sets several).
 # A knob of one build (no OLD_REV build needed): knobs.sh.
 . "$(dirname "$0")/common.sh"
 reps=$1
@@ -23,6 +24,7 @@ for p in "$@"; do
             # An entry VAR=VALUE@NAME runs build NAME with VAR set.
             envs="" bin=$b
             case $b in *@*) envs=${b%@*} bin=${b#*@} ;; esac
+            envs=${envs//,/ }  # VAR=a,OTHER=b@NAME: several settings
             # shellcheck disable=SC2086 # the preset carries its flags, envs its setting
             line=$(timeout 200 env $envs ".device/$bin" bench --device cuda --json --synthetic $p \
                 --prompt-len "${PROMPT_LEN:-2048}" --gen-len "${GEN_LEN:-128}" 2>/dev/null | tail -1)
