@@ -21,6 +21,9 @@ __device__ __forceinline__ float bf16_to_f32(u16 b) {
     return __uint_as_float(((u32)b) << 16);
 }
 
+// The leaves below are PTX. The CPU emulation of these sources
+// (tests/emulate/cuda_shim.h, TS_EMULATED) defines its own in their place.
+#ifndef TS_EMULATED
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -61,6 +64,7 @@ __device__ __forceinline__ uint2 ld_stream_u64(const void* p) {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
+#endif
 
 // The shared-memory address of `p` (a pointer into shared memory), as the
 // asynchronous-copy and mbarrier instructions take it.

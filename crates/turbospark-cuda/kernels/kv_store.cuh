@@ -113,6 +113,8 @@ __device__ __forceinline__ u32 kv_bf16_pair(const u16* p, bool aligned) {
 // (cp.async, sm_80+; 16-byte chunks through L2 only): the readers stage
 // tiles with them. A group of copies is committed, then waited for; a
 // thread sees its own copies after the wait, the block's after a barrier.
+// (The CPU emulation, TS_EMULATED, defines its own: tests/emulate.)
+#ifndef TS_EMULATED
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem));
 }
@@ -140,3 +142,4 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
+#endif

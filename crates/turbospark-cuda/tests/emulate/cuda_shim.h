@@ -1,0 +1,335 @@
+// Enough of CUDA to run this crate's kernel sources on the CPU
+// (tests/emulated_kernels.rs builds and runs the programs beside this
+// file), so that CI, which has no GPU, still checks the kernels' indexing,
+// reductions and formats against host references. The GPU tests remain the
+// proof; this is what every commit gets.
+//
+// The model: a block's threads are fibers (ucontext) on one OS thread,
+// each running until it reaches a barrier, then handing over to the next.
+// __syncthreads is a barrier of the block; each warp-wide operation
+// (shuffles, ballots) is a pair of barriers of the warp around an exchange
+// of its lanes' values, so every lane of a warp must reach it, as the
+// kernels' full-mask calls promise. A thread that returns early leaves the
+// block's and its warp's barriers (as an exited GPU thread no longer holds
+// __syncthreads). Blocks of a grid run one after another, so `__shared__`
+// is a static; programmatic dependent launch is a no-op. (OS threads in
+// lockstep did the same at ~30 times the time: every barrier a futex.) Asynchronous
+// copies (cp.async) happen as late as the PTX rules allow: a group's copies
+// land when a wait says that group is complete, so a read of a staged
+// buffer before its wait sees stale bytes, as it could on the GPU.
+//
+// Numbers: f32 as the host computes it; compile with -ffp-contract=off so
+// that a * then + is not fused where the kernels ask for _rn rounding.
+// NVRTC contracts the rest into FMAs, so results differ from the GPU's in
+// the last bits, never more: the checks' bounds are of that size.
+//
+// common.cuh is included as it is, with TS_EMULATED set: its leaf functions
+// that are PTX (conversions, streamed loads, the L2 prefetch) are left out
+// there and defined here, and so are kv_store.cuh's copies.
+#pragma once
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __launch_bounds__(...)
+#define __shared__ static
+#define TS_EMULATED 1
+
+struct float2 {
+    float x, y;
+};
+struct float4 {
+    float x, y, z, w;
+};
+struct uint2 {
+    uint32_t x, y;
+};
+struct uint4 {
+    uint32_t x, y, z, w;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+inline float __uint_as_float(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline float __int_as_float(int i) { return __uint_as_float((uint32_t)i); }
+inline uint32_t __float_as_uint(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline uint32_t min(uint32_t a, uint32_t b) { return a < b ? a : b; }
+inline uint32_t max(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+struct Dim3 {
+    uint32_t x = 0, y = 0, z = 0;
+};
+// The running fiber's indices (the scheduler sets them at each switch).
+inline Dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+struct Fiber;
+inline Fiber* fiber_now;
+inline ucontext_t scheduler;
+
+// Hands over to the next fiber (round robin, `launch`).
+inline void yield_fiber();
+
+// A barrier of `need` fibers; the last to arrive releases the others.
+struct Barrier {
+    uint32_t need, arrived = 0;
+    uint64_t phase = 0;
+    void release_if_full() {
+        if (arrived > 0 && arrived == need) {
+            arrived = 0;
+            phase++;
+        }
+    }
+    void arrive_and_wait() {
+        const uint64_t mine = phase;
+        arrived++;
+        release_if_full();
+        // Every other fiber gets a turn between two checks: a barrier that
+        // stays shut through this many turns never opens (a lane of the
+        // warp left the kernel or took another barrier).
+        for (uint64_t turns = 0; phase == mine; turns++) {
+            if (turns == 1000000) {
+                std::fprintf(stderr, "deadlock: thread %u of block (%u, %u) waits at a barrier\n",
+                             threadIdx.x, blockIdx.x, blockIdx.y);
+                std::abort();
+            }
+            yield_fiber();
+        }
+    }
+    void arrive_and_drop() {
+        need--;
+        release_if_full();
+    }
+};
+
+// The running block: its barrier, its warps' barriers and the lanes'
+// exchange slots.
+struct Slot {
+    float v;
+    uint32_t u;
+};
+struct Block {
+    Barrier all;
+    std::vector<Barrier> warps;
+    std::vector<Slot> slots;
+    explicit Block(uint32_t threads)
+        : all{threads}, warps(threads / 32, Barrier{32}), slots(threads) {}
+};
+inline Block* block_now;
+inline void __syncthreads() { block_now->all.arrive_and_wait(); }
+inline void __syncwarp() { block_now->warps[threadIdx.x / 32].arrive_and_wait(); }
+inline Slot& my_slot() { return block_now->slots[threadIdx.x]; }
+inline Slot& lane_slot(uint32_t lane) {
+    return block_now->slots[(threadIdx.x & ~31u) + (lane & 31u)];
+}
+
+inline float __shfl_sync(uint32_t, float v, uint32_t src) {
+    my_slot().v = v;
+    __syncwarp();
+    const float r = lane_slot(src).v;
+    __syncwarp();
+    return r;
+}
+inline float __shfl_xor_sync(uint32_t, float v, uint32_t mask) {
+    return __shfl_sync(0, v, (threadIdx.x & 31u) ^ mask);
+}
+inline uint32_t __ballot_sync(uint32_t, bool pred) {
+    my_slot().u = pred;
+    __syncwarp();
+    uint32_t r = 0;
+    for (uint32_t l = 0; l < 32; l++) r |= (lane_slot(l).u & 1u) << l;
+    __syncwarp();
+    return r;
+}
+
+// common.cuh's PTX leaves. Round to nearest even, as cvt.rn.bf16.f32
+// (NaN kept quiet).
+inline uint16_t f32_to_bf16(float f) {
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+// cvt.f32.f16: exact.
+inline float f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        const float v = std::ldexp((float)m, -24);
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+inline uint4 ld_stream(const void* p) {
+    uint4 r;
+    std::memcpy(&r, p, 16);
+    return r;
+}
+inline uint32_t ld_stream_u32(const void* p) {
+    uint32_t r;
+    std::memcpy(&r, p, 4);
+    return r;
+}
+inline uint2 ld_stream_u64(const void* p) {
+    uint2 r;
+    std::memcpy(&r, p, 8);
+    return r;
+}
+inline void prefetch_l2(const void*) {}
+// Shared-memory addresses feed only the PTX left out (smem_u32).
+inline uint64_t __cvta_generic_to_shared(const void*) { return 0; }
+
+#include "common.cuh"
+
+// kv_store.cuh's asynchronous copies, queued per thread in commit groups
+// and landed by the waits. A copy reads its source when issued and writes
+// shared memory when its group's wait returns: the two ends of what the
+// GPU may do, so a staged row read before its wait, or overwritten by the
+// kernel before a copy into it has landed, shows up here.
+struct Copy {
+    void* dst;
+    uint8_t bytes[16];
+    uint32_t size;
+};
+struct Copies {
+    std::vector<std::vector<Copy>> groups;  // committed, oldest first
+    std::vector<Copy> open;
+};
+Copies& copies_now();
+inline void land(const std::vector<Copy>& group) {
+    for (const Copy& c : group) std::memcpy(c.dst, c.bytes, c.size);
+}
+inline void issue(void* smem, const void* gmem, uint32_t size) {
+    Copy c{smem, {}, size};
+    if (gmem) std::memcpy(c.bytes, gmem, size);
+    copies_now().open.push_back(c);
+}
+inline void cp_async16(void* smem, const void* gmem) { issue(smem, gmem, 16); }
+inline void cp_async16_or_zero(void* smem, const void* gmem, bool copy) {
+    issue(smem, copy ? gmem : nullptr, 16);
+}
+inline void cp_async8(void* smem, const void* gmem) { issue(smem, gmem, 8); }
+inline void cp_async_commit() {
+    Copies& c = copies_now();
+    c.groups.push_back(std::move(c.open));
+    c.open.clear();
+}
+// Until at most N committed groups are in flight: the older ones land.
+template <int N>
+inline void cp_async_wait() {
+    Copies& c = copies_now();
+    while (c.groups.size() > (size_t)N) {
+        land(c.groups.front());
+        c.groups.erase(c.groups.begin());
+    }
+}
+// Commits the open group and lands everything.
+inline void cp_async_wait_all() {
+    cp_async_commit();
+    cp_async_wait<0>();
+}
+
+// A thread of the running block.
+struct Fiber {
+    ucontext_t ctx;
+    std::unique_ptr<char[]> stack;
+    uint32_t t;
+    bool done = false;
+    Copies copies;
+};
+inline Copies& copies_now() { return fiber_now->copies; }
+inline std::vector<Fiber>* fibers_now;
+
+// The next fiber of the block not done after the running one (round
+// robin), or null when none is left.
+inline Fiber* next_fiber() {
+    std::vector<Fiber>& fs = *fibers_now;
+    const size_t n = fs.size(), me = fiber_now - fs.data();
+    for (size_t i = 1; i <= n; i++) {
+        Fiber& f = fs[(me + i) % n];
+        if (!f.done) return &f;
+    }
+    return nullptr;
+}
+
+// Switches from the running fiber straight to `to` (or to the scheduler).
+inline void switch_to(Fiber* to) {
+    Fiber* from = fiber_now;
+    if (to == nullptr) {
+        swapcontext(&from->ctx, &scheduler);
+        return;
+    }
+    fiber_now = to;
+    threadIdx = {to->t, 0, 0};
+    if (to != from) swapcontext(&from->ctx, &to->ctx);
+}
+inline void yield_fiber() { switch_to(next_fiber()); }
+
+// Stack of a fiber: the kernels' arrays of registers, with room to spare.
+constexpr size_t FIBER_STACK = 256 * 1024;
+inline const std::function<void()>* kernel_now;
+
+inline void fiber_main() {
+    (*kernel_now)();
+    // Copies it never waited for land at its end (the GPU lands them too).
+    cp_async_wait_all();
+    block_now->warps[threadIdx.x / 32].arrive_and_drop();
+    block_now->all.arrive_and_drop();
+    fiber_now->done = true;
+    switch_to(next_fiber());
+}
+
+// Runs `kernel` over a grid of (gx, gy) blocks of `threads` threads, one
+// block after another; within a block, each thread in turn until it
+// reaches a barrier or ends.
+inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::function<void()>& kernel) {
+    gridDim = {gx, gy, 1};
+    blockDim = {threads, 1, 1};
+    kernel_now = &kernel;
+    std::vector<Fiber> fibers(threads);
+    for (uint32_t y = 0; y < gy; y++) {
+        for (uint32_t x = 0; x < gx; x++) {
+            Block block(threads);
+            block_now = &block;
+            blockIdx = {x, y, 0};
+            for (uint32_t t = 0; t < threads; t++) {
+                Fiber& f = fibers[t];
+                f.t = t;
+                f.done = false;
+                if (!f.stack) f.stack.reset(new char[FIBER_STACK]);
+                getcontext(&f.ctx);
+                f.ctx.uc_stack.ss_sp = f.stack.get();
+                f.ctx.uc_stack.ss_size = FIBER_STACK;
+                f.ctx.uc_link = nullptr;
+                makecontext(&f.ctx, fiber_main, 0);
+            }
+            // Thread 0 first; the fibers hand over among themselves and the
+            // last to end comes back here.
+            fibers_now = &fibers;
+            fiber_now = &fibers[0];
+            threadIdx = {0, 0, 0};
+            swapcontext(&scheduler, &fibers[0].ctx);
+        }
+    }
+}

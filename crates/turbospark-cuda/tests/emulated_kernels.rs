@@ -1,0 +1,78 @@
+//! The CUDA kernels' own source run on the CPU, so that every test run
+//! (CI has no GPU) checks their indexing, reductions and formats against
+//! host references. Each program in `tests/emulate/` includes kernel files
+//! behind `cuda_shim.h`, which stands in for enough of CUDA (a block's
+//! threads as fibers in lockstep, warp shuffles, asynchronous copies that
+//! land as late as their waits allow); this file compiles each with the
+//! system's C++ compiler and runs it. The programs print a line a check and
+//! end with "all ok".
+//!
+//! The GPU tests (`parity*.rs`, `fixtures_on_gpu.rs`) stay the proof: the
+//! emulation sees no timing, no memory model beyond the copies' waits, and
+//! the host's float rounding rather than the GPU's fused multiply-adds.
+//! Without a C++ compiler (`$CXX`, else `c++`) each test prints "skipped: no
+//! C++ compiler" and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The compiler's flags. -ffp-contract=off: a * then + stays two roundings
+/// where the kernels ask for _rn arithmetic (cuda_shim.h).
+const FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O1",
+    "-fno-strict-aliasing",
+    "-ffp-contract=off",
+    "-Wall",
+    "-Wno-unknown-pragmas",
+    "-Wno-unused-function",
+    "-Werror",
+];
+
+/// Builds `tests/emulate/NAME.cpp` and runs it; panics with its output
+/// unless it ends "all ok".
+fn run(name: &str) {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = crate_dir.join("tests/emulate").join(format!("{name}.cpp"));
+    let binary = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("emulate-{name}"));
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let build = Command::new(&compiler)
+        .args(FLAGS)
+        .arg("-I")
+        .arg(crate_dir.join("kernels"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .output();
+    let build = match build {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: no C++ compiler ({compiler}: not found; set CXX)");
+            return;
+        }
+        Err(e) => panic!("{compiler}: {e}"),
+    };
+    assert!(
+        build.status.success(),
+        "{compiler} could not build {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let out = Command::new(&binary).output().expect("the emulation runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert!(
+        out.status.success() && text.trim_end().ends_with("all ok"),
+        "{name} failed (status {}):\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// kernels/attention.cu and attention_combine.cu: a decode step's fused
+/// kernels, every GQA form and `attn_partial`, over f32 and bf16 stores
+/// (`tests/emulate/attention.cpp`).
+#[test]
+fn attention_kernels_match_the_host() {
+    run("attention");
+}
