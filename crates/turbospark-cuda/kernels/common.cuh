@@ -64,6 +64,15 @@ __device__ __forceinline__ uint2 ld_stream_u64(const void* p) {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
+
+// Named barrier `id` (1-15; 0 is __syncthreads') of `threads` threads, a
+// multiple of 32: the warps that take part meet; the block's others go on.
+__device__ __forceinline__ void named_barrier(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The launch's dynamic shared memory (its shared_mem_bytes) as `T name[]`.
+#define DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
 // The shared-memory address of `p` (a pointer into shared memory), as the

@@ -445,7 +445,7 @@ __device__ __forceinline__ void flash_attn_bf16(FA_PARAMS_OF(u16)) {
     constexpr int KS = HD + 8;                  // bf16 per row of a K or V tile
     constexpr u32 STAGE = 2 * TILE * KS;         // bf16 per stage: K, then V
     constexpr u32 CHUNKS = TILE * (HD / 8);      // 16-byte chunks of one tile
-    extern __shared__ uint4 fa_dynamic[];
+    DYNAMIC_SHARED(uint4, fa_dynamic);
     u16* const stages = (u16*)fa_dynamic;
     __shared__ i64 sp[2][TILE];
     __shared__ u32 range[2];

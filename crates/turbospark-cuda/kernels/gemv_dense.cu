@@ -288,7 +288,7 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
     // ..., so the staging is paid once a block, not once per 8 rows.
     float r = 1.0f;
     if (sg.norm) {
-        extern __shared__ uint4 shared_x[];
+        DYNAMIC_SHARED(uint4, shared_x);
         __shared__ float parts[8];
         float* xs = (float*)shared_x;
         norm_part(stage_normed_x(sg, xb, k, xs, blockDim.x), parts);
@@ -347,7 +347,7 @@ GEMV_KERNELS(gemv_f16, gemv_dense, DT_F16, 4)
 template <int DT>
 __device__ __forceinline__ void gemv_stream(const GemvSegs& sg, const float* x, int bias_dt, u32 k,
                                             u32 kc, u32 stages) {
-    extern __shared__ uint4 shared_x[];
+    DYNAMIC_SHARED(uint4, shared_x);
     __shared__ u64 full[GS_MAX_STAGES], empty[GS_MAX_STAGES];
     __shared__ float parts[GS_WARPS];
     constexpr u32 SZ = Wt<DT>::SIZE;

@@ -106,7 +106,7 @@ __device__ __forceinline__ Quad quad_of(const GemvSegs& sg, const int* experts, 
 // loads, and the warps' loads are what keeps DRAM busy.
 __device__ __forceinline__ void team_sync(u32 wpr) {
     if (wpr > 1) {
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + (threadIdx.x >> 5) / wpr), "r"(32 * wpr) : "memory");
+        named_barrier(1 + (threadIdx.x >> 5) / wpr, 32 * wpr);
     }
 }
 
@@ -329,7 +329,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
                                                 const int* experts, u32 nx, u32 x_div, u32 k,
                                                 u32 wpr) {
     typedef typename F::XWord XWord;
-    extern __shared__ uint4 shared_x[];
+    DYNAMIC_SHARED(uint4, shared_x);
     XWord* xq = (XWord*)shared_x;
     float* xd = (float*)(xq + k / 8);
     const u32 groups = k / 32, step = 32 * wpr;  // groups a step of a quad's warps covers

@@ -74,7 +74,7 @@ template <class F>
 __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* x, int bias_dt,
                                                u32 k, u32 R, u32 stages) {
     typedef typename F::XWord XWord;
-    extern __shared__ uint4 shared_x[];
+    DYNAMIC_SHARED(uint4, shared_x);
     __shared__ u64 full[GS_MAX_STAGES], empty[GS_MAX_STAGES];
     __shared__ float parts[GS_WARPS];
     const u32 groups = k / 32;

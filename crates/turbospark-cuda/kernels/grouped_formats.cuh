@@ -16,6 +16,9 @@ __device__ __forceinline__ float small_int_to_float(int n) {
     return __int_as_float(n + 0x4B400000) - 12582912.0f;
 }
 
+// The PTX leaves (the CPU emulation, TS_EMULATED, defines its own:
+// tests/emulate/cuda_shim.h).
+#ifndef TS_EMULATED
 // Σ of the four signed byte products of a and b, plus c.
 __device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
     int r;
@@ -44,6 +47,7 @@ __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
     return r;
 }
+#endif
 
 // A 16-byte group's codes as four 32-bit words, in one load (MXFP4, int4).
 __device__ __forceinline__ void fetch_group16(const u8* codes, u64 group, u32* w) {
@@ -226,12 +230,14 @@ struct Q4 : F16Scales {
 // then one d per group.
 
 
+#ifndef TS_EMULATED
 // max that propagates NaN (fmaxf drops it).
 __device__ __forceinline__ float max_nan(float a, float b) {
     float r;
     asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
     return r;
 }
+#endif
 
 // Σ of an XWord's eight codes, plus acc.
 __device__ __forceinline__ int x_sum(const uint2& x, int acc) {

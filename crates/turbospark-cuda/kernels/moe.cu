@@ -152,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(NR_WARPS * 32)
                    int bias_dt, u32 hidden, u32 num_experts, u32 top_k, int mode,
                    float* glogits, u32* ticket) {
 #if __CUDA_ARCH__ >= 900
-    extern __shared__ uint4 nr_shared[];
+    DYNAMIC_SHARED(uint4, nr_shared);
     __shared__ u64 copied;
     __shared__ bool last;
     const u32 per = (num_experts + gridDim.x - 1) / gridDim.x;

@@ -76,3 +76,12 @@ fn run(name: &str) {
 fn attention_kernels_match_the_host() {
     run("attention");
 }
+
+/// kernels/gemv_grouped.cu: the MXFP4, int8 and int4 GEMVs, f32- and
+/// integer-activation forms, with segments, biases, a fused norm, residual
+/// adds, gate/up activations and expert jobs
+/// (`tests/emulate/gemv_grouped.cpp`).
+#[test]
+fn grouped_gemvs_match_the_host() {
+    run("gemv_grouped");
+}

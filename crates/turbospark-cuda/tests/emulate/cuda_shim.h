@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include <climits>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -133,13 +134,20 @@ struct Slot {
 struct Block {
     Barrier all;
     std::vector<Barrier> warps;
+    Barrier named[16];  // bar.sync's ids (0 unused: that is `all`)
     std::vector<Slot> slots;
     explicit Block(uint32_t threads)
-        : all{threads}, warps(threads / 32, Barrier{32}), slots(threads) {}
+        : all{threads}, warps(threads / 32, Barrier{32}), named{}, slots(threads) {}
 };
 inline Block* block_now;
 inline void __syncthreads() { block_now->all.arrive_and_wait(); }
 inline void __syncwarp() { block_now->warps[threadIdx.x / 32].arrive_and_wait(); }
+// bar.sync id, threads: its count is the one its first caller gives.
+inline void named_barrier(uint32_t id, uint32_t threads) {
+    Barrier& b = block_now->named[id];
+    if (b.arrived == 0) b.need = threads;
+    b.arrive_and_wait();
+}
 inline Slot& my_slot() { return block_now->slots[threadIdx.x]; }
 inline Slot& lane_slot(uint32_t lane) {
     return block_now->slots[(threadIdx.x & ~31u) + (lane & 31u)];
@@ -197,10 +205,68 @@ inline uint2 ld_stream_u64(const void* p) {
     return r;
 }
 inline void prefetch_l2(const void*) {}
+template <class T>
+inline T __ldcg(const T* p) {
+    return *p;
+}
+inline int __float2int_rn(float f) {
+    // cvt.rni.s32.f32: ties to even, NaN to 0, saturating.
+    if (std::isnan(f)) return 0;
+    const float r = std::nearbyint(f);
+    if (r >= 2147483648.0f) return INT32_MAX;
+    if (r < -2147483648.0f) return INT32_MIN;
+    return (int)r;
+}
+inline float __int2float_rn(int n) { return (float)n; }
+// Byte n of the result: byte (s >> 4n) & 7 of y:x (x bytes 0-3).
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++) r |= (uint32_t)((v >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+    return r;
+}
+// The launch's dynamic shared memory (`launch`'s shared_bytes).
+inline uint8_t* dynamic_shared;
+#define DYNAMIC_SHARED(T, name) T* const name = (T*)dynamic_shared
 // Shared-memory addresses feed only the PTX left out (smem_u32).
 inline uint64_t __cvta_generic_to_shared(const void*) { return 0; }
 
 #include "common.cuh"
+
+// grouped_formats.cuh's PTX leaves. dp4a.s32.s32: Σ of the four signed
+// byte products, plus c.
+inline int dp4a(uint32_t a, uint32_t b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+// dp2a.lo/hi.s32.s32: the two signed 16-bit halves of a times signed bytes
+// 0, 1 (lo) or 2, 3 (hi) of b, plus c.
+inline int dp2a(uint32_t a, uint32_t b, int c, int from) {
+    for (int i = 0; i < 2; i++) {
+        c += (int)(int16_t)(a >> (16 * i)) * (int)(int8_t)(b >> (8 * (from + i)));
+    }
+    return c;
+}
+inline int dp2a_lo(uint32_t a, uint32_t b, int c) { return dp2a(a, b, c, 0); }
+inline int dp2a_hi(uint32_t a, uint32_t b, int c) { return dp2a(a, b, c, 2); }
+// prmt.b32 (default mode): a selector nibble's bits 0-2 pick a byte of b:a,
+// its bit 3 replaces the byte by its sign bit, replicated.
+inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    const uint64_t v = (uint64_t)b << 32 | a;
+    uint32_t r = 0;
+    for (int n = 0; n < 4; n++) {
+        const uint32_t s = (sel >> (4 * n)) & 0xfu;
+        uint32_t byte = (uint32_t)(v >> (8 * (s & 7u))) & 0xffu;
+        if (s & 8u) byte = (byte & 0x80u) ? 0xffu : 0u;
+        r |= byte << (8 * n);
+    }
+    return r;
+}
+// max.NaN.f32: NaN if either is.
+inline float max_nan(float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) return NAN;
+    return std::fmax(a, b);
+}
 
 // kv_store.cuh's asynchronous copies, queued per thread in commit groups
 // and landed by the waits. A copy reads its source when issued and writes
@@ -302,8 +368,13 @@ inline void fiber_main() {
 
 // Runs `kernel` over a grid of (gx, gy) blocks of `threads` threads, one
 // block after another; within a block, each thread in turn until it
-// reaches a barrier or ends.
-inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::function<void()>& kernel) {
+// reaches a barrier or ends. `shared_bytes`: the launch's dynamic shared
+// memory (one buffer, reused by each block as the GPU would).
+inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::function<void()>& kernel,
+                   size_t shared_bytes = 0) {
+    // Shared memory starts as garbage on the GPU: NaN bytes here.
+    std::vector<uint8_t> dynamic(shared_bytes + 16, 0xff);
+    dynamic_shared = dynamic.data();
     gridDim = {gx, gy, 1};
     blockDim = {threads, 1, 1};
     kernel_now = &kernel;
