@@ -4,10 +4,18 @@
 // the files that use them (src/compile.rs):
 // the streamed GEMVs and moe.cu. Kernels using them compile to nothing
 // below sm_90 and are never launched there (src/lib.rs `bulk_copies`).
-#if __CUDA_ARCH__ >= 900
+// The CPU emulation (TS_EMULATED: tests/emulate/cuda_shim.h) defines its
+// own.
+#if __CUDA_ARCH__ >= 900 && !defined(TS_EMULATED)
 __device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
                  : "memory");
+}
+
+// Makes the barriers this thread initialised visible to the copy engine
+// (the async proxy), before any copy completes on them.
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
 // One arrival that also expects `bytes` of asynchronous copies.
@@ -44,4 +52,4 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes,
         : "memory");
 }
 
-#endif  // __CUDA_ARCH__ >= 900
+#endif  // __CUDA_ARCH__ >= 900 && !TS_EMULATED

@@ -164,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(NR_WARPS * 32)
     const u32 bytes = (e1 - e0) * hidden * 2;
     if (threadIdx.x == 0) {
         mbar_init(&copied, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_fence_init();
     }
     __syncthreads();
     if (threadIdx.x == 0 && bytes > 0) {

@@ -11,7 +11,7 @@
 #if __CUDA_ARCH__ >= 900
 // The consumer warps' barrier (the producer does not take part).
 __device__ __forceinline__ void consumers_sync() {
-    asm volatile("bar.sync 1, %0;" ::"r"(GS_WARPS * 32) : "memory");
+    named_barrier(1, GS_WARPS * 32);
 }
 
 // The virtual rows [v0, v0 + n) that streamed block blockIdx.y takes: the
@@ -37,8 +37,7 @@ __device__ __forceinline__ void ring_init(u64* full, u64* empty, u32 stages) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], GS_WARPS);
         }
-        // The copy engine (the async proxy) must see the initialised barriers.
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_fence_init();
     }
     __syncthreads();
 }

@@ -85,3 +85,12 @@ fn attention_kernels_match_the_host() {
 fn grouped_gemvs_match_the_host() {
     run("gemv_grouped");
 }
+
+/// kernels/gemv_dense.cu and gemv_grouped_stream.cu: the dense GEMVs and
+/// the streamed ones (bf16, f16 and int8 rings of bulk copies on
+/// mbarriers) with segments, biases, a fused norm, residual adds and
+/// gate/up activations (`tests/emulate/gemv_dense.cpp`).
+#[test]
+fn dense_and_streamed_gemvs_match_the_host() {
+    run("gemv_dense");
+}

@@ -37,6 +37,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #define __device__
@@ -93,6 +94,21 @@ inline ucontext_t scheduler;
 // Hands over to the next fiber (round robin, `launch`).
 inline void yield_fiber();
 
+// Hands over until `done()`: every other fiber gets a turn between two
+// checks, so a wait that lasts this many turns never ends (a lane of the
+// warp left the kernel or took another barrier; a copy that never comes).
+template <class Done>
+inline void wait_until(const char* what, Done done) {
+    for (uint64_t turns = 0; !done(); turns++) {
+        if (turns == 1000000) {
+            std::fprintf(stderr, "deadlock: thread %u of block (%u, %u) waits at %s\n",
+                         threadIdx.x, blockIdx.x, blockIdx.y, what);
+            std::abort();
+        }
+        yield_fiber();
+    }
+}
+
 // A barrier of `need` fibers; the last to arrive releases the others.
 struct Barrier {
     uint32_t need, arrived = 0;
@@ -103,27 +119,19 @@ struct Barrier {
             phase++;
         }
     }
-    void arrive_and_wait() {
-        const uint64_t mine = phase;
-        arrived++;
-        release_if_full();
-        // Every other fiber gets a turn between two checks: a barrier that
-        // stays shut through this many turns never opens (a lane of the
-        // warp left the kernel or took another barrier).
-        for (uint64_t turns = 0; phase == mine; turns++) {
-            if (turns == 1000000) {
-                std::fprintf(stderr, "deadlock: thread %u of block (%u, %u) waits at a barrier\n",
-                             threadIdx.x, blockIdx.x, blockIdx.y);
-                std::abort();
-            }
-            yield_fiber();
-        }
-    }
+    void arrive_and_wait();
     void arrive_and_drop() {
         need--;
         release_if_full();
     }
 };
+
+inline void Barrier::arrive_and_wait() {
+    const uint64_t mine = phase;
+    arrived++;
+    release_if_full();
+    wait_until("a barrier", [&] { return phase != mine; });
+}
 
 // The running block: its barrier, its warps' barriers and the lanes'
 // exchange slots.
@@ -316,6 +324,77 @@ inline void cp_async_wait_all() {
     cp_async_wait<0>();
 }
 
+// async_copy.cuh's mbarriers and bulk copies. A barrier completes a phase
+// once its arrivals are in and the bytes it expects have landed; a bulk
+// copy reads its source when issued and lands when a wait finds the
+// phase's arrivals in (the latest the GPU may), so a stage read before its
+// wait, refilled before its release, or a byte count that does not match
+// the copies (a wait that never ends) shows up here.
+struct Mbar {
+    uint32_t count = 0, pending = 0;
+    int64_t tx = 0;  // bytes expected and not yet landed
+    uint64_t completed = 0;
+    std::vector<std::vector<uint8_t>> data;  // copies in flight
+    std::vector<void*> dst;
+};
+inline std::unordered_map<const void*, Mbar> mbars;
+inline Mbar& mbar_of(const void* bar) {
+    auto it = mbars.find(bar);
+    if (it == mbars.end()) {
+        std::fprintf(stderr, "an mbarrier used before mbar_init\n");
+        std::abort();
+    }
+    return it->second;
+}
+inline void mbar_complete_if_done(Mbar& b) {
+    if (b.pending == 0 && b.data.empty() && b.tx == 0) {
+        b.completed++;
+        b.pending = b.count;
+    }
+}
+inline void mbar_init(u64* bar, u32 count) { mbars[bar] = Mbar{count, count}; }
+inline void mbar_fence_init() {}
+inline void mbar_expect(u64* bar, u32 bytes) {
+    Mbar& b = mbar_of(bar);
+    b.tx += bytes;
+    b.pending--;
+    mbar_complete_if_done(b);
+}
+inline void mbar_arrive(u64* bar) {
+    Mbar& b = mbar_of(bar);
+    b.pending--;
+    mbar_complete_if_done(b);
+}
+inline void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+    if (bytes % 16 != 0 || (uintptr_t)dst % 16 != 0 || (uintptr_t)src % 16 != 0) {
+        std::fprintf(stderr, "a bulk copy of %u bytes not in 16-byte units\n", bytes);
+        std::abort();
+    }
+    Mbar& b = mbar_of(bar);
+    b.data.emplace_back((const uint8_t*)src, (const uint8_t*)src + bytes);
+    b.dst.push_back(dst);
+}
+// Until the phase of parity `parity` has completed.
+inline void mbar_wait(u64* bar, u32 parity) {
+    wait_until("an mbarrier", [&] {
+        Mbar& b = mbar_of(bar);
+        if (b.pending == 0 && !b.data.empty()) {
+            for (size_t i = 0; i < b.data.size(); i++) {
+                std::memcpy(b.dst[i], b.data[i].data(), b.data[i].size());
+                b.tx -= (int64_t)b.data[i].size();
+            }
+            b.data.clear();
+            b.dst.clear();
+            mbar_complete_if_done(b);
+        }
+        return (b.completed & 1u) != parity;
+    });
+}
+
+// The sm_90 forms of the kernels (streamed GEMVs, routing) are compiled
+// from here on; common.cuh's PDL, above, is a no-op either way.
+#define __CUDA_ARCH__ 900
+
 // A thread of the running block.
 struct Fiber {
     ucontext_t ctx;
@@ -383,6 +462,7 @@ inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::functi
         for (uint32_t x = 0; x < gx; x++) {
             Block block(threads);
             block_now = &block;
+            mbars.clear();
             blockIdx = {x, y, 0};
             for (uint32_t t = 0; t < threads; t++) {
                 Fiber& f = fibers[t];
