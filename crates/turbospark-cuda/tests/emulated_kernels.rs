@@ -94,3 +94,11 @@ fn grouped_gemvs_match_the_host() {
 fn dense_and_streamed_gemvs_match_the_host() {
     run("gemv_dense");
 }
+
+/// kernels/moe.cu: routing (every mode, tied logits, the norm and router
+/// in the launch, its ticket reset) and the weighted sums, gather and
+/// activation of both MoE paths (`tests/emulate/moe.cpp`).
+#[test]
+fn moe_kernels_match_the_host() {
+    run("moe");
+}

@@ -136,7 +136,7 @@ inline void Barrier::arrive_and_wait() {
 // The running block: its barrier, its warps' barriers and the lanes'
 // exchange slots.
 struct Slot {
-    float v;
+    uint8_t bytes[8];
     uint32_t u;
 };
 struct Block {
@@ -161,14 +161,19 @@ inline Slot& lane_slot(uint32_t lane) {
     return block_now->slots[(threadIdx.x & ~31u) + (lane & 31u)];
 }
 
-inline float __shfl_sync(uint32_t, float v, uint32_t src) {
-    my_slot().v = v;
+// A lane's value of any type up to 8 bytes, from lane `src`.
+template <class T>
+inline T __shfl_sync(uint32_t, T v, uint32_t src) {
+    static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+    std::memcpy(my_slot().bytes, &v, sizeof(T));
     __syncwarp();
-    const float r = lane_slot(src).v;
+    T r;
+    std::memcpy(&r, lane_slot(src).bytes, sizeof(T));
     __syncwarp();
     return r;
 }
-inline float __shfl_xor_sync(uint32_t, float v, uint32_t mask) {
+template <class T>
+inline T __shfl_xor_sync(uint32_t, T v, uint32_t mask) {
     return __shfl_sync(0, v, (threadIdx.x & 31u) ^ mask);
 }
 inline uint32_t __ballot_sync(uint32_t, bool pred) {
@@ -226,6 +231,33 @@ inline int __float2int_rn(float f) {
     return (int)r;
 }
 inline float __int2float_rn(int n) { return (float)n; }
+// Blocks run one after another and a block's threads on one OS thread:
+// every write is visible at once, and atomics need no atomicity.
+inline void __threadfence() {}
+template <class T>
+inline T atomicAdd(T* p, T v) {
+    const T old = *p;
+    *p = old + v;
+    return old;
+}
+template <class T>
+inline T atomicMax(T* p, T v) {
+    const T old = *p;
+    *p = old > v ? old : v;
+    return old;
+}
+template <class T>
+inline T atomicMin(T* p, T v) {
+    const T old = *p;
+    *p = old < v ? old : v;
+    return old;
+}
+template <class T>
+inline T atomicExch(T* p, T v) {
+    const T old = *p;
+    *p = v;
+    return old;
+}
 // Byte n of the result: byte (s >> 4n) & 7 of y:x (x bytes 0-3).
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
     const uint64_t v = (uint64_t)y << 32 | x;
