@@ -102,3 +102,11 @@ fn dense_and_streamed_gemvs_match_the_host() {
 fn moe_kernels_match_the_host() {
     run("moe");
 }
+
+/// kernels/norm.cu, elementwise.cu, rope_kv.cu and convert.cu: norms,
+/// embeddings, activations, RoPE with the store's write, and the prefill
+/// GEMMs' operand conversions and dequantisers (`tests/emulate/small.cpp`).
+#[test]
+fn small_kernels_match_the_host() {
+    run("small");
+}
