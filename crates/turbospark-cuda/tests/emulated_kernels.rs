@@ -110,3 +110,11 @@ fn moe_kernels_match_the_host() {
 fn small_kernels_match_the_host() {
     run("small");
 }
+
+/// kernels/sample.cu: greedy argmax (and its feed of the next step), the
+/// sampler's summaries of a row and the draw on the device
+/// (`tests/emulate/sample.cpp`).
+#[test]
+fn sampling_kernels_match_the_host() {
+    run("sample");
+}

@@ -184,6 +184,19 @@ inline uint32_t __ballot_sync(uint32_t, bool pred) {
     __syncwarp();
     return r;
 }
+inline bool __any_sync(uint32_t, bool pred) { return __ballot_sync(0, pred) != 0; }
+inline uint32_t __reduce_add_sync(uint32_t, uint32_t v) {
+    uint32_t sum = 0;
+    for (uint32_t l = 0; l < 32; l++) sum += __shfl_sync(0, v, l);
+    return sum;
+}
+inline int __popc(uint32_t v) { return __builtin_popcount(v); }
+inline int __ffs(uint32_t v) { return __builtin_ffs((int)v); }
+inline double __longlong_as_double(long long v) {
+    double d;
+    std::memcpy(&d, &v, 8);
+    return d;
+}
 
 // common.cuh's PTX leaves. Round to nearest even, as cvt.rn.bf16.f32
 // (NaN kept quiet).
@@ -234,26 +247,30 @@ inline float __int2float_rn(int n) { return (float)n; }
 // Blocks run one after another and a block's threads on one OS thread:
 // every write is visible at once, and atomics need no atomicity.
 inline void __threadfence() {}
-template <class T>
-inline T atomicAdd(T* p, T v) {
+template <class T, class V>
+inline T atomicAdd(T* p, V value) {
+    const T v = (T)value;
     const T old = *p;
     *p = old + v;
     return old;
 }
-template <class T>
-inline T atomicMax(T* p, T v) {
+template <class T, class V>
+inline T atomicMax(T* p, V value) {
+    const T v = (T)value;
     const T old = *p;
     *p = old > v ? old : v;
     return old;
 }
-template <class T>
-inline T atomicMin(T* p, T v) {
+template <class T, class V>
+inline T atomicMin(T* p, V value) {
+    const T v = (T)value;
     const T old = *p;
     *p = old < v ? old : v;
     return old;
 }
-template <class T>
-inline T atomicExch(T* p, T v) {
+template <class T, class V>
+inline T atomicExch(T* p, V value) {
+    const T v = (T)value;
     const T old = *p;
     *p = v;
     return old;
