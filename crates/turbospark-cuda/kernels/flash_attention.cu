@@ -97,31 +97,6 @@
 #define FA_ROWS (16 * FA_WARPS)
 #define FA_THREADS (32 * FA_WARPS)
 
-// Two f32 as packed bf16 (round to nearest even), `lo` in the lower half.
-__device__ __forceinline__ u32 fa_pack(float lo, float hi) {
-    return (u32)f32_to_bf16(lo) | ((u32)f32_to_bf16(hi) << 16);
-}
-
-// c += a · b for one m16n8k16 tile (bf16 operands, f32 accumulator).
-__device__ __forceinline__ void fa_mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
-                                       u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Over the 4 lanes of a quad (the lanes holding one row).
-__device__ __forceinline__ float fa_quad_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-
-__device__ __forceinline__ float fa_quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // What a block and its warps know before the first tile: the slot ranges,
 // this thread's two rows and their positions, and Q as bf16 A fragments.
 template <int HD>
@@ -255,20 +230,9 @@ template <int HD, int TILE, class VFrag>
 __device__ __forceinline__ void fa_tile(const FaRows<HD>& r, FaAcc<HD>& a, bool unmasked,
                                         const u16* ks, const i64* sp, float scale,
                                         float softcap, i64 window, VFrag vfrag) {
-    constexpr int KS = HD + 8;
-    const u32 lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
     // S = Q·Kᵀ.
     float s[TILE / 8][4];
-#pragma unroll
-    for (int j = 0; j < TILE / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-#pragma unroll
-        for (int j = 0; j < TILE / 8; j++) {
-            const u32* kr = (const u32*)&ks[(8 * j + g) * KS + 16 * kk + 2 * t];
-            fa_mma(s[j], r.qf[kk][0], r.qf[kk][1], r.qf[kk][2], r.qf[kk][3], kr[0], kr[4]);
-        }
-    }
+    fa_scores_qk<HD, TILE>(s, r.qf, ks);
 
     // Scale (to base 2), softcap, mask; the tile's row maxima.
     float xa = NEG_INF, xb = NEG_INF;
@@ -421,17 +385,6 @@ __device__ __forceinline__ void flash_attn_f32(FA_PARAMS_OF(float)) {
         });
     }
     fa_store<HD>(out, r, a, sinks, sinks_dt, n, num_heads);
-}
-
-// Four 8 × 8 bf16 matrices out of shared memory, transposed: lanes 8m ..
-// 8m + 7 give the row addresses of matrix m (16-byte aligned), and lane l
-// gets, of matrix m, rows 2(l % 4), 2(l % 4) + 1 of column l / 4 in
-// register m (the lower row in the lower half): a B fragment of
-// mma.m16n8k16 from a row-major [k][n] tile.
-__device__ __forceinline__ void fa_ldsm_x4_trans(const u16* p, u32* b) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(smem_u32(p)));
 }
 
 // Over a bf16 store: two stages copied by cp.async (16-byte chunks: the

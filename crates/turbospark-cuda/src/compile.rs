@@ -22,7 +22,8 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 /// One kernel family per file: (file name, source). The GEMV files share
 /// gemv_common.cuh, the streamed ones async_copy.cuh and stream.cuh (moe.cu
 /// async_copy.cuh too) and the grouped ones grouped_formats.cuh; the files
-/// that touch the KV store share kv_store.cuh; each put in front. The
+/// that touch the KV store share kv_store.cuh, flash attention mma.cuh;
+/// each put in front. The
 /// split attention and its combine are two files of one module.
 pub const SOURCES: [(&str, &str); 11] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
@@ -84,6 +85,7 @@ pub const SOURCES: [(&str, &str); 11] = [
         "flash_attention.cu",
         concat!(
             include_str!("../kernels/kv_store.cuh"),
+            include_str!("../kernels/mma.cuh"),
             include_str!("../kernels/flash_attention.cu")
         ),
     ),

@@ -118,3 +118,11 @@ fn small_kernels_match_the_host() {
 fn sampling_kernels_match_the_host() {
     run("sample");
 }
+
+/// kernels/flash_attention.cu with mma.cuh: prefill attention on the
+/// tensor cores (mma.sync and ldmatrix.trans emulated) over f32 and bf16
+/// stores, head dims 64, 128 and 256 (`tests/emulate/flash.cpp`).
+#[test]
+fn flash_attention_matches_the_host() {
+    run("flash");
+}

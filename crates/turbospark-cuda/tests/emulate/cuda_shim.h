@@ -45,6 +45,7 @@
 #define __global__
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define TS_EMULATED 1
 
 struct float2 {
@@ -138,6 +139,8 @@ inline void Barrier::arrive_and_wait() {
 struct Slot {
     uint8_t bytes[8];
     uint32_t u;
+    uint32_t a[4], b[2];  // an mma's fragments
+    const uint16_t* p;    // an ldmatrix row's address
 };
 struct Block {
     Barrier all;
@@ -189,6 +192,14 @@ inline uint32_t __reduce_add_sync(uint32_t, uint32_t v) {
     uint32_t sum = 0;
     for (uint32_t l = 0; l < 32; l++) sum += __shfl_sync(0, v, l);
     return sum;
+}
+inline bool __syncthreads_and(bool pred) {
+    my_slot().u = pred;
+    __syncthreads();
+    bool all = true;
+    for (uint32_t t = 0; t < blockDim.x; t++) all &= block_now->slots[t].u != 0;
+    __syncthreads();
+    return all;
 }
 inline int __popc(uint32_t v) { return __builtin_popcount(v); }
 inline int __ffs(uint32_t v) { return __builtin_ffs((int)v); }
@@ -438,6 +449,49 @@ inline void mbar_wait(u64* bar, u32 parity) {
         }
         return (b.completed & 1u) != parity;
     });
+}
+
+// mma.cuh's PTX leaves. mma.sync.m16n8k16 (bf16 operands, f32
+// accumulator) from every lane's fragments, laid out as the PTX ISA's
+// "Matrix fragments for mma.m16n8k16" (flash_attention.cu's header: g =
+// lane / 4, t = lane % 4): the 16 exact products of an element summed in
+// f64 and rounded once into the accumulator, which the hardware matches
+// up to its last bits.
+inline void fa_mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    Slot& me = my_slot();
+    me.a[0] = a0, me.a[1] = a1, me.a[2] = a2, me.a[3] = a3, me.b[0] = b0, me.b[1] = b1;
+    __syncwarp();
+    auto half = [](u32 w, int i) { return bf16_to_f32((u16)(i ? w >> 16 : w & 0xffffu)); };
+    // A[r][k]: lane 4(r % 8) + (k % 8) / 2, register (r / 8) + 2 (k / 8).
+    auto A = [&](int r, int k) {
+        return half(lane_slot(4 * (r % 8) + (k % 8) / 2).a[(r / 8) + 2 * (k / 8)], k % 2);
+    };
+    // B[k][n]: lane 4n + (k % 8) / 2, register k / 8.
+    auto B = [&](int k, int n) { return half(lane_slot(4 * n + (k % 8) / 2).b[k / 8], k % 2); };
+    const int lane = threadIdx.x & 31u, g = lane / 4, t = lane % 4;
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e / 2), n = 2 * t + e % 2;
+        double acc = 0.0;
+        for (int k = 0; k < 16; k++) acc += (double)A(r, k) * (double)B(k, n);
+        d[e] = (float)((double)c[e] + acc);
+    }
+    __syncwarp();
+    for (int e = 0; e < 4; e++) c[e] = d[e];
+}
+
+// ldmatrix.x4.trans: lane 8m + i gives row i of matrix m; lane l gets, of
+// matrix m, rows 2(l % 4), 2(l % 4) + 1 of column l / 4 in register m.
+inline void fa_ldsm_x4_trans(const u16* p, u32* b) {
+    my_slot().p = p;
+    __syncwarp();
+    const u32 lane = threadIdx.x & 31u;
+    for (int m = 0; m < 4; m++) {
+        const u16* r0 = lane_slot(8 * m + 2 * (lane % 4)).p;
+        const u16* r1 = lane_slot(8 * m + 2 * (lane % 4) + 1).p;
+        b[m] = (u32)r0[lane / 4] | ((u32)r1[lane / 4] << 16);
+    }
+    __syncwarp();
 }
 
 // The sm_90 forms of the kernels (streamed GEMVs, routing) are compiled
