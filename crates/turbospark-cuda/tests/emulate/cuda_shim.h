@@ -5,27 +5,38 @@
 // proof; this is what every commit gets.
 //
 // The model: a block's threads are fibers (ucontext) on one OS thread,
-// each running until it reaches a barrier, then handing over to the next.
-// __syncthreads is a barrier of the block; each warp-wide operation
-// (shuffles, ballots) is a pair of barriers of the warp around an exchange
-// of its lanes' values, so every lane of a warp must reach it, as the
-// kernels' full-mask calls promise. A thread that returns early leaves the
-// block's and its warp's barriers (as an exited GPU thread no longer holds
-// __syncthreads). Blocks of a grid run one after another, so `__shared__`
-// is a static; programmatic dependent launch is a no-op. (OS threads in
-// lockstep did the same at ~30 times the time: every barrier a futex.) Asynchronous
-// copies (cp.async) happen as late as the PTX rules allow: a group's copies
-// land when a wait says that group is complete, so a read of a staged
-// buffer before its wait sees stale bytes, as it could on the GPU.
+// each running until it reaches a barrier, then handing over to the next
+// (OS threads in lockstep took ~30 times as long: every barrier a futex).
+// __syncthreads and named barriers are barriers of the block; each
+// warp-wide operation (shuffles, ballots, mma.sync, ldmatrix) is a pair of
+// barriers of the warp around an exchange of its lanes' values, so every
+// lane of a warp must reach it, as the kernels' full-mask calls promise. A
+// thread that returns early leaves the block's and its warp's barriers (as
+// an exited GPU thread no longer holds __syncthreads). Blocks of a grid run
+// one after another, so `__shared__` is a static, and atomics and fences
+// need nothing; programmatic dependent launch is a no-op. Dynamic shared
+// memory starts as NaN bytes. Asynchronous copies (cp.async, and bulk
+// copies on mbarriers) read their source when issued and land at the
+// latest the PTX rules allow (when a wait says their group or phase is
+// complete), so a staged buffer read before its wait, or refilled before
+// its release, shows; a wait that can never end (a byte count that does
+// not match the copies) is reported as a deadlock.
 //
 // Numbers: f32 as the host computes it; compile with -ffp-contract=off so
 // that a * then + is not fused where the kernels ask for _rn rounding.
-// NVRTC contracts the rest into FMAs, so results differ from the GPU's in
-// the last bits, never more: the checks' bounds are of that size.
+// mma.sync sums its products exactly and rounds once.
 //
-// common.cuh is included as it is, with TS_EMULATED set: its leaf functions
-// that are PTX (conversions, streamed loads, the L2 prefetch) are left out
-// there and defined here, and so are kv_store.cuh's copies.
+// What it cannot see: timing; races between threads (each fiber runs until
+// its next barrier, in thread order, so "the last writer wins" always
+// holds here); the memory model beyond the copies' waits; and the GPU's own
+// rounding (FMAs, its expf and tanhf), which is why the checks' bounds are
+// of f32 rounding's size rather than zero.
+//
+// The kernel headers are included as they are, with TS_EMULATED set: their
+// leaf functions that are PTX (common.cuh's conversions, streamed loads,
+// L2 prefetch and named barrier; kv_store.cuh's and async_copy.cuh's
+// copies and mbarriers; grouped_formats.cuh's integer dots; mma.cuh's
+// mma.sync and ldmatrix) are left out there and defined here.
 #pragma once
 #include <ucontext.h>
 
