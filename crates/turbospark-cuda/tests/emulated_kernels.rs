@@ -11,7 +11,8 @@
 //! emulation sees no timing, no memory model beyond the copies' waits, and
 //! the host's float rounding rather than the GPU's fused multiply-adds.
 //! Without a C++ compiler (`$CXX`, else `c++`) each test prints "skipped: no
-//! C++ compiler" and passes.
+//! C++ compiler" and passes, unless `TURBOSPARK_REQUIRE_EMULATION` is set
+//! (CI sets it: `.ci/run`), when it fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,6 +48,11 @@ fn run(name: &str) {
     let build = match build {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            assert!(
+                std::env::var_os("TURBOSPARK_REQUIRE_EMULATION").is_none(),
+                "no C++ compiler ({compiler}: not found; set CXX), and \
+                 TURBOSPARK_REQUIRE_EMULATION asks for the emulated kernel tests"
+            );
             eprintln!("skipped: no C++ compiler ({compiler}: not found; set CXX)");
             return;
         }
