@@ -139,7 +139,10 @@ static bool run(const Case& c, const Form<S>& form, u32 seed) {
     st.factor = 1.1f;
     st.pairs = c.pairs;
     const float scale = 1.0f / std::sqrt((float)c.hd);
-    const u32 T = GQA_TILE_VALUES / (32 * ((c.hd + 31) / 32)) < 32 ? GQA_TILE_VALUES / (32 * ((c.hd + 31) / 32)) : 32;
+    // A tile's slots: GQA_TILE_VALUES over the kernel's head_dim (96 runs
+    // on the 128 kernel), at most 32.
+    const u32 kernel_hd = c.hd <= 64 ? 64 : c.hd <= 128 ? 128 : 256;
+    const u32 T = std::min(GQA_TILE_VALUES / kernel_hd, 32u);
     const u32 per_split = form.window ? c.capacity : T;
     const u32 splits = (c.capacity + per_split - 1) / per_split;
     std::vector<float> part_o(c.heads * splits * c.hd, 0.0f), part_ml(c.heads * splits * 2, 0.0f);
