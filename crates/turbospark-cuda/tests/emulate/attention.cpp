@@ -18,6 +18,7 @@
 #include "kv_store.cuh"
 #include "attention.cu"
 #include "attention_combine.cu"
+#include "attention_ref.h"
 
 // A GQA kernel's step form over a store of S (u16: bf16 bits, or f32) and
 // its plain form (q rotated and the store written before it).
@@ -73,35 +74,15 @@ static double worst_error(const Case& c, const std::vector<float>& got, const st
     auto at = [&](const void* p, u64 i) {
         return bf16 ? (double)bf16_to_f32(((const u16*)p)[i]) : (double)((const float*)p)[i];
     };
-    const double scale = 1.0 / std::sqrt((double)c.hd);
     double worst = 0.0;
     for (u32 h = 0; h < c.heads; h++) {
-        const u32 kvh = h / group;
-        std::vector<double> sc, ref(c.hd, 0.0);
-        std::vector<u32> slots;
-        for (u32 s = 0; s < c.capacity; s++) {
-            const i64 kp = slot_pos[s];
-            if (kp < 0 || kp > c.pos || (c.window > 0 && c.pos - kp >= c.window)) continue;
-            double x = 0.0;
-            for (u32 d = 0; d < c.hd; d++) x += (double)qr[h * c.hd + d] * at(kc, s * kv_dim + kvh * c.hd + d);
-            x *= scale;
-            if (c.softcap > 0.0f) x = c.softcap * std::tanh(x / c.softcap);
-            sc.push_back(x);
-            slots.push_back(s);
-        }
-        double M = -INFINITY;
-        for (double x : sc) M = std::max(M, x);
-        if (c.sinks) M = std::max(M, (double)sinks[h]);
-        double L = c.sinks ? std::exp(sinks[h] - M) : 0.0;
-        for (size_t i = 0; i < sc.size(); i++) {
-            const double p = std::exp(sc[i] - M);
-            L += p;
-            for (u32 d = 0; d < c.hd; d++) ref[d] += p * at(vc, slots[i] * kv_dim + kvh * c.hd + d);
-        }
-        double rms = 0.0;
-        for (auto& x : ref) rms += (x / L) * (x / L);
-        rms = std::sqrt(rms / c.hd);
-        for (u32 d = 0; d < c.hd; d++) worst = std::max(worst, std::fabs(got[h * c.hd + d] - ref[d] / L) / rms);
+        const u64 kv0 = (h / group) * c.hd;
+        const std::vector<double> want = attend(
+            c.hd, slot_pos, c.pos, c.window, 1.0 / std::sqrt((double)c.hd), c.softcap,
+            c.sinks ? &sinks[h] : nullptr, [&](u32 d) { return (double)qr[h * c.hd + d]; },
+            [&](u32 s, u32 d) { return at(kc, s * kv_dim + kv0 + d); },
+            [&](u32 s, u32 d) { return at(vc, s * kv_dim + kv0 + d); });
+        for (double e : errors_of(&got[h * c.hd], want)) worst = std::max(worst, e);
     }
     return worst;
 }

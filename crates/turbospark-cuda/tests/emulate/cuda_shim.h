@@ -269,33 +269,27 @@ inline float __int2float_rn(int n) { return (float)n; }
 // Blocks run one after another and a block's threads on one OS thread:
 // every write is visible at once, and atomics need no atomicity.
 inline void __threadfence() {}
-template <class T, class V>
-inline T atomicAdd(T* p, V value) {
-    const T v = (T)value;
+template <class T, class V, class Op>
+inline T atomic_update(T* p, V value, Op op) {
     const T old = *p;
-    *p = old + v;
+    *p = op(old, (T)value);
     return old;
 }
 template <class T, class V>
-inline T atomicMax(T* p, V value) {
-    const T v = (T)value;
-    const T old = *p;
-    *p = old > v ? old : v;
-    return old;
+inline T atomicAdd(T* p, V v) {
+    return atomic_update(p, v, [](T a, T b) { return a + b; });
 }
 template <class T, class V>
-inline T atomicMin(T* p, V value) {
-    const T v = (T)value;
-    const T old = *p;
-    *p = old < v ? old : v;
-    return old;
+inline T atomicMax(T* p, V v) {
+    return atomic_update(p, v, [](T a, T b) { return a > b ? a : b; });
 }
 template <class T, class V>
-inline T atomicExch(T* p, V value) {
-    const T v = (T)value;
-    const T old = *p;
-    *p = v;
-    return old;
+inline T atomicMin(T* p, V v) {
+    return atomic_update(p, v, [](T a, T b) { return a < b ? a : b; });
+}
+template <class T, class V>
+inline T atomicExch(T* p, V v) {
+    return atomic_update(p, v, [](T, T b) { return b; });
 }
 // Byte n of the result: byte (s >> 4n) & 7 of y:x (x bytes 0-3).
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {

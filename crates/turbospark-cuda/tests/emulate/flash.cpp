@@ -15,6 +15,7 @@
 #include "kv_store.cuh"
 #include "mma.cuh"
 #include "flash_attention.cu"
+#include "attention_ref.h"
 
 struct Case {
     const char* what;
@@ -75,41 +76,15 @@ static bool run(const Case& c, u32 seed) {
     double worst = 0.0, sq = 0.0;
     u64 count = 0;
     for (u32 r = 0; r < c.n; r++) {
-        const i64 qp = positions[r];
         for (u32 h = 0; h < c.heads; h++) {
-            const u32 kvh = h / group;
-            std::vector<double> sc, ref(c.hd, 0.0);
-            std::vector<u32> at;
-            for (u32 s = 0; s < c.capacity; s++) {
-                const i64 kp = slot_pos[s];
-                if (kp < 0 || kp > qp || (c.window > 0 && qp - kp >= c.window)) continue;
-                double x = 0.0;
-                for (u32 d = 0; d < c.hd; d++) {
-                    x += (double)bf16_round(q[(r * c.heads + h) * c.hd + d]) *
-                         bf16_round(kv_get(kc.data(), s * kv_dim + kvh * c.hd + d));
-                }
-                x *= scale;
-                if (c.softcap > 0.0f) x = c.softcap * std::tanh(x / c.softcap);
-                sc.push_back(x);
-                at.push_back(s);
-            }
-            double M = -INFINITY;
-            for (double x : sc) M = std::max(M, x);
-            if (c.sinks) M = std::max(M, (double)sinks[h]);
-            double L = c.sinks ? std::exp(sinks[h] - M) : 0.0;
-            for (size_t i = 0; i < sc.size(); i++) {
-                const double p = std::exp(sc[i] - M);
-                L += p;
-                for (u32 d = 0; d < c.hd; d++) {
-                    ref[d] += p * bf16_round(kv_get(vc.data(), at[i] * kv_dim + kvh * c.hd + d));
-                }
-            }
-            double rms = 0.0;
-            for (double& v : ref) rms += (v / L) * (v / L);
-            rms = std::sqrt(rms / c.hd);
-            for (u32 d = 0; d < c.hd; d++) {
-                const double e = std::fabs(out[(r * c.heads + h) * c.hd + d] - ref[d] / L) / rms;
-                worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+            const u64 kv0 = (h / group) * c.hd, q0 = (r * c.heads + h) * c.hd;
+            const std::vector<double> want = attend(
+                c.hd, slot_pos, positions[r], c.window, scale, c.softcap,
+                c.sinks ? &sinks[h] : nullptr, [&](u32 d) { return (double)bf16_round(q[q0 + d]); },
+                [&](u32 s, u32 d) { return (double)bf16_round(kv_get(kc.data(), s * kv_dim + kv0 + d)); },
+                [&](u32 s, u32 d) { return (double)bf16_round(kv_get(vc.data(), s * kv_dim + kv0 + d)); });
+            for (double e : errors_of(&out[q0], want)) {
+                worst = std::max(worst, e);
                 sq += e * e;
                 count++;
             }

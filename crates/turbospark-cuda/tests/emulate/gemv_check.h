@@ -186,3 +186,34 @@ struct Launch {
         return ok;
     }
 };
+
+// The launches both GEMV programs check: q/k/v-like segments, a fused norm
+// with a residual add, a dense MLP's gate/up, an MoE's gate/up pairs and
+// its down (jobs of chosen experts, the down's fetched early), and several
+// rows of x. `grid_y` is a persistent launch's blocks (several turns each).
+inline std::vector<Case> shared_cases() {
+    // (what, rows a segment, k, rows of x, wpr, grid_y)
+    Case qkv{"q/k/v-like: 3 segments (13, 6, 9), biases, turns", {13, 6, 9}, 256, 1, 1, 1};
+    qkv.bias = true;
+    Case normed{"fused norm, residual add, 37 rows, wpr 2", {37}, 512, 1, 2, 2};
+    normed.norm = true;
+    normed.accumulate = true;
+    Case mlp{"dense MLP gate/up (2 × 10), silu, wpr 4", {10, 10}, 256, 1, 4, 2};
+    mlp.glu = SEGS_SILU;
+    mlp.bias = true;
+    Case moe{"MoE gate/up pairs: jobs of experts 2, 0, 2 of 3", {12}, 256, 1, 2, 2};
+    moe.glu = EXPERT_PAIRS;
+    moe.bias = true;
+    moe.experts = {2, 0, 2};
+    moe.num_experts = 3;
+    moe.x_div = 3;
+    Case down{"MoE down: jobs of experts 1, 3 of 4, early fetch", {9}, 320, 1, 1, 1};
+    down.experts = {1, 3};
+    down.num_experts = 4;
+    down.settled = true;
+    down.bias = true;
+    Case rows{"three rows of x, 11 rows, bias, residual add", {11}, 256, 3, 2, 2};
+    rows.bias = true;
+    rows.accumulate = true;
+    return {qkv, normed, mlp, moe, down, rows};
+}
