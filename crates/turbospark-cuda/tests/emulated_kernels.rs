@@ -4,8 +4,10 @@
 //! behind `cuda_shim.h`, which stands in for enough of CUDA (a block's
 //! threads as fibers in lockstep, warp shuffles, asynchronous copies that
 //! land as late as their waits allow); this file compiles each with the
-//! system's C++ compiler and runs it. The programs print a line a check and
-//! end with "all ok".
+//! system's C++ compiler and runs it twice, the block's threads taking
+//! turns in ascending and then descending order (a missing barrier shows
+//! in one of them). The programs print a line a check and end with "all
+//! ok".
 //!
 //! The GPU tests (`parity*.rs`, `fixtures_on_gpu.rs`) stay the proof: the
 //! emulation sees no timing, no memory model beyond the copies' waits, and
@@ -64,15 +66,22 @@ fn run(name: &str) {
         source.display(),
         String::from_utf8_lossy(&build.stderr)
     );
-    let out = Command::new(&binary).output().expect("the emulation runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}");
-    assert!(
-        out.status.success() && text.trim_end().ends_with("all ok"),
-        "{name} failed (status {}):\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Both turn orders of a block's threads (cuda_shim.h's `reverse_order`):
+    // a write and a read with no barrier between them are caught in one.
+    for order in ["forward", "reverse"] {
+        let out = Command::new(&binary)
+            .env("TS_EMULATE_ORDER", order)
+            .output()
+            .expect("the emulation runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("{name}, threads in {order} order:\n{text}");
+        assert!(
+            out.status.success() && text.trim_end().ends_with("all ok"),
+            "{name} failed with threads in {order} order (status {}):\n{text}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// kernels/attention.cu and attention_combine.cu: a decode step's fused

@@ -26,11 +26,12 @@
 // that a * then + is not fused where the kernels ask for _rn rounding.
 // mma.sync sums its products exactly and rounds once.
 //
-// What it cannot see: timing; races between threads (each fiber runs until
-// its next barrier, in thread order, so "the last writer wins" always
-// holds here); the memory model beyond the copies' waits; and the GPU's own
-// rounding (FMAs, its expf and tanhf), which is why the checks' bounds are
-// of f32 rounding's size rather than zero.
+// Races between threads show only as far as the two turn orders
+// (`reverse_order`) tell them apart: within an order, each fiber runs until
+// its next barrier, so the last writer always wins here. What it cannot
+// see: timing; the memory model beyond the copies' waits; and the GPU's
+// own rounding (FMAs, its expf and tanhf), which is why the checks' bounds
+// are of f32 rounding's size rather than zero.
 //
 // The kernel headers are included as they are, with TS_EMULATED set: their
 // leaf functions that are PTX (common.cuh's conversions, streamed loads,
@@ -514,13 +515,24 @@ struct Fiber {
 inline Copies& copies_now() { return fiber_now->copies; }
 inline std::vector<Fiber>* fibers_now;
 
+// The order the block's threads take turns in: ascending thread index,
+// or with TS_EMULATE_ORDER=reverse in the environment descending. Code
+// that is right only because an earlier thread (or lane) happened to write
+// before a later one read, with no barrier between, gives other results
+// in the other order: tests/emulated_kernels.rs runs every program both
+// ways.
+inline const bool reverse_order = [] {
+    const char* v = std::getenv("TS_EMULATE_ORDER");
+    return v != nullptr && std::strcmp(v, "reverse") == 0;
+}();
+
 // The next fiber of the block not done after the running one (round
-// robin), or null when none is left.
+// robin in `reverse_order`'s direction), or null when none is left.
 inline Fiber* next_fiber() {
     std::vector<Fiber>& fs = *fibers_now;
     const size_t n = fs.size(), me = fiber_now - fs.data();
     for (size_t i = 1; i <= n; i++) {
-        Fiber& f = fs[(me + i) % n];
+        Fiber& f = fs[(reverse_order ? me + n - i : me + i) % n];
         if (!f.done) return &f;
     }
     return nullptr;
@@ -583,12 +595,12 @@ inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::functi
                 f.ctx.uc_link = nullptr;
                 makecontext(&f.ctx, fiber_main, 0);
             }
-            // Thread 0 first; the fibers hand over among themselves and the
-            // last to end comes back here.
+            // The first thread in turn order first; the fibers hand over
+            // among themselves and the last to end comes back here.
             fibers_now = &fibers;
-            fiber_now = &fibers[0];
-            threadIdx = {0, 0, 0};
-            swapcontext(&scheduler, &fibers[0].ctx);
+            fiber_now = &fibers[reverse_order ? threads - 1 : 0];
+            threadIdx = {fiber_now->t, 0, 0};
+            swapcontext(&scheduler, &fiber_now->ctx);
         }
     }
 }
