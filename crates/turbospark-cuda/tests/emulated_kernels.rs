@@ -6,8 +6,10 @@
 //! land as late as their waits allow); this file compiles each with the
 //! system's C++ compiler and runs it twice, the block's threads taking
 //! turns in ascending and then descending order (a missing barrier shows
-//! in one of them). The programs print a line a check and end with "all
-//! ok".
+//! in one of them), then once more built with AddressSanitizer and
+//! UndefinedBehaviorSanitizer (an access past a buffer fails it, as
+//! compute-sanitizer's memcheck would on a GPU). The programs print a line
+//! a check and end with "all ok".
 //!
 //! The GPU tests (`parity*.rs`, `fixtures_on_gpu.rs`) stay the proof: the
 //! emulation sees no timing, no memory model beyond the copies' waits, and
@@ -32,22 +34,30 @@ const FLAGS: &[&str] = &[
     "-Werror",
 ];
 
-/// Builds `tests/emulate/NAME.cpp` and runs it; panics with its output
-/// unless it ends "all ok".
-fn run(name: &str) {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let source = crate_dir.join("tests/emulate").join(format!("{name}.cpp"));
-    let binary = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("emulate-{name}"));
-    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let build = Command::new(&compiler)
+/// The second build's: AddressSanitizer and UndefinedBehaviorSanitizer,
+/// every report fatal. The CPU's compute-sanitizer memcheck: a kernel that
+/// reads or writes past a buffer (the weights, x, the store, shared memory)
+/// fails here even where the value it got was never used.
+const SANITIZERS: &[&str] = &[
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+];
+
+/// Builds `source` into `binary` with `extra` flags; false when there is no
+/// C++ compiler (and none is required).
+fn build(compiler: &str, source: &Path, binary: &Path, extra: &[&str]) -> bool {
+    let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let out = Command::new(compiler)
         .args(FLAGS)
+        .args(extra)
         .arg("-I")
-        .arg(crate_dir.join("kernels"))
-        .arg(&source)
+        .arg(kernels)
+        .arg(source)
         .arg("-o")
-        .arg(&binary)
+        .arg(binary)
         .output();
-    let build = match build {
+    let out = match out {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             assert!(
@@ -56,32 +66,65 @@ fn run(name: &str) {
                  TURBOSPARK_REQUIRE_EMULATION asks for the emulated kernel tests"
             );
             eprintln!("skipped: no C++ compiler ({compiler}: not found; set CXX)");
-            return;
+            return false;
         }
         Err(e) => panic!("{compiler}: {e}"),
     };
     assert!(
-        build.status.success(),
-        "{compiler} could not build {}:\n{}",
+        out.status.success(),
+        "{compiler} {} could not build {} (the sanitizers need libasan and libubsan; \
+         TURBOSPARK_EMULATION_SANITIZERS=0 leaves that build out):\n{}",
+        extra.join(" "),
         source.display(),
-        String::from_utf8_lossy(&build.stderr)
+        String::from_utf8_lossy(&out.stderr)
     );
-    // Both turn orders of a block's threads (cuda_shim.h's `reverse_order`):
-    // a write and a read with no barrier between them are caught in one.
-    for order in ["forward", "reverse"] {
-        let out = Command::new(&binary)
-            .env("TS_EMULATE_ORDER", order)
-            .output()
-            .expect("the emulation runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        println!("{name}, threads in {order} order:\n{text}");
-        assert!(
-            out.status.success() && text.trim_end().ends_with("all ok"),
-            "{name} failed with threads in {order} order (status {}):\n{text}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+    true
+}
+
+/// Runs `binary` with `env`; panics with its output unless it ends "all ok".
+fn check(binary: &Path, what: &str, env: &[(&str, &str)]) {
+    let out = Command::new(binary)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the emulation runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{what}:\n{text}");
+    assert!(
+        out.status.success() && text.trim_end().ends_with("all ok"),
+        "{what} failed (status {}):\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds `tests/emulate/NAME.cpp` and runs it: with the block's threads
+/// taking turns in both orders (cuda_shim.h's `reverse_order`: a write and
+/// a read with no barrier between them are caught in one), and built with
+/// the sanitizers (unless `TURBOSPARK_EMULATION_SANITIZERS=0`).
+fn run(name: &str) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/emulate")
+        .join(format!("{name}.cpp"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let plain = dir.join(format!("emulate-{name}"));
+    if !build(&compiler, &source, &plain, &[]) {
+        return;
     }
+    for order in ["forward", "reverse"] {
+        let what = format!("{name}, threads in {order} order");
+        check(&plain, &what, &[("TS_EMULATE_ORDER", order)]);
+    }
+    if std::env::var("TURBOSPARK_EMULATION_SANITIZERS").as_deref() == Ok("0") {
+        eprintln!("the sanitizer build left out (TURBOSPARK_EMULATION_SANITIZERS=0)");
+        return;
+    }
+    let sanitized = dir.join(format!("emulate-{name}-sanitized"));
+    build(&compiler, &source, &sanitized, SANITIZERS);
+    // Leaks are not what this looks for (and LeakSanitizer needs ptrace,
+    // which containers may forbid).
+    let what = format!("{name}, under AddressSanitizer and UndefinedBehaviorSanitizer");
+    check(&sanitized, &what, &[("ASAN_OPTIONS", "detect_leaks=0")]);
 }
 
 /// kernels/attention.cu and attention_combine.cu: a decode step's fused
