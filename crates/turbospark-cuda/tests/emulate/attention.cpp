@@ -214,6 +214,8 @@ int main() {
     const Case wrapped{"4 of 128, past the ring's capacity", 8, 2, 128, 70, 100, 0, 64, false, 0.0f};
     const Case softcap{"4 of 128, softcap 2, rotary 20 pairs", 8, 2, 128, 100, 50, 0, 20, false, 2.0f};
     const Case holes{"4 of 128, empty slots", 8, 2, 128, 200, 190, 0, 64, false, 0.0f, true};
+    const Case ctx2k{"Llama-8B at 2,048 positions (64 splits)", 8, 2, 128, 2176, 2047, 0, 64,
+                     false, 0.0f};
     const Case hd96{"4 of 96 on the 128 kernel", 8, 2, 96, 300, 40, 0, 20, false, 0.0f};
     const Case qwen{"Qwen3-30B-A3B's group (8 of 128), full", 16, 2, 128, 200, 150, 0, 32, false, 0.0f};
     const Case oss{"gpt-oss's group (8 of 64), full, sinks", 16, 2, 64, 300, 200, 0, 32, true, 0.0f};
@@ -245,6 +247,7 @@ int main() {
     each(wrapped, g4, g4b);
     each(softcap, g4, g4b);
     each(holes, g4, g4b);
+    each(ctx2k, g4, g4b);
     each(hd96, g4, g4b);
     each(qwen, g8, g8b);
     each(oss, h64, h64b);

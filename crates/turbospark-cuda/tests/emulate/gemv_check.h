@@ -215,5 +215,11 @@ inline std::vector<Case> shared_cases() {
     Case rows{"three rows of x, 11 rows, bias, residual add", {11}, 256, 3, 2, 2};
     rows.bias = true;
     rows.accumulate = true;
-    return {qkv, normed, mlp, moe, down, rows};
+    // The real widths' tails: gpt-oss's hidden size (90 groups, not a
+    // multiple of a warp's 32 lanes) and Llama-8B's MLP width.
+    Case oss{"gpt-oss's 2,880 values a row (90 groups), bias, wpr 2", {11}, 2880, 1, 2, 1};
+    oss.bias = true;
+    Case wide{"Llama-8B's 14,336 values a row, residual add", {5}, 14336, 1, 1, 1};
+    wide.accumulate = true;
+    return {qkv, normed, mlp, moe, down, rows, oss, wide};
 }

@@ -155,10 +155,14 @@ int main() {
     qnorm.norm = true;
     qnorm.accumulate = true;
     Case qone{"int8 one row a stage, 768 values, 11 rows", {11}, 768, 1, 1, 1};
+    Case qdown{"int8 Llama-8B down: 14,336 values, 2 rows a stage, 6 deep", {13}, 14336, 1, 1, 1};
+    qdown.bias = true;
+    qdown.accumulate = true;
     ok &= run_q8_stream(qsegs, {3, 8, 2}, seed++);
     ok &= run_q8_stream(qmlp, {2, 2, 3}, seed++);
     ok &= run_q8_stream(qnorm, {2, 4, 2}, seed++);
     ok &= run_q8_stream(qone, {3, 1, 2}, seed++);
+    ok &= run_q8_stream(qdown, {2, 2, 6}, seed++);
     std::printf(ok ? "all ok\n" : "FAILED\n");
     return ok ? 0 : 1;
 }
