@@ -21,7 +21,8 @@ __device__ __forceinline__ float bf16_to_f32(u16 b) {
     return __uint_as_float(((u32)b) << 16);
 }
 
-// The leaves below are PTX. The CPU emulation of these sources
+// The leaves below, down to DYNAMIC_SHARED, are PTX or syntax only CUDA
+// has (`extern __shared__`). The CPU emulation of these sources
 // (tests/emulate/cuda_shim.h, TS_EMULATED) defines its own in their place.
 #ifndef TS_EMULATED
 __device__ __forceinline__ float f16_to_f32(u16 h) {
