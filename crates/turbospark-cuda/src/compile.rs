@@ -23,8 +23,8 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 /// gemv_common.cuh, the streamed ones async_copy.cuh and stream.cuh (moe.cu
 /// async_copy.cuh too) and the grouped ones grouped_formats.cuh; the files
 /// that touch the KV store share kv_store.cuh, flash attention mma.cuh;
-/// each put in front. The
-/// split attention and its combine are two files of one module.
+/// each put in front. The split attention and its combine are two files of
+/// one module.
 pub const SOURCES: [(&str, &str); 11] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),

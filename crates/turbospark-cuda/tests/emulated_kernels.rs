@@ -70,10 +70,15 @@ fn build(compiler: &str, source: &Path, binary: &Path, extra: &[&str]) -> bool {
         }
         Err(e) => panic!("{compiler}: {e}"),
     };
+    let hint = if extra.is_empty() {
+        ""
+    } else {
+        " (the sanitizers need libasan and libubsan; TURBOSPARK_EMULATION_SANITIZERS=0 \
+         leaves this build out)"
+    };
     assert!(
         out.status.success(),
-        "{compiler} {} could not build {} (the sanitizers need libasan and libubsan; \
-         TURBOSPARK_EMULATION_SANITIZERS=0 leaves that build out):\n{}",
+        "{compiler} {} could not build {}{hint}:\n{}",
         extra.join(" "),
         source.display(),
         String::from_utf8_lossy(&out.stderr)

@@ -20,7 +20,8 @@
 // latest the PTX rules allow (when a wait says their group or phase is
 // complete), so a staged buffer read before its wait, or refilled before
 // its release, shows; a wait that can never end (a byte count that does
-// not match the copies) is reported as a deadlock.
+// not match the copies) is reported as a deadlock: a full round of turns
+// in which no thread makes progress.
 //
 // Numbers: f32 as the host computes it; compile with -ffp-contract=off so
 // that a * then + is not fused where the kernels ask for _rn rounding.
@@ -107,18 +108,25 @@ inline ucontext_t scheduler;
 // Hands over to the next fiber (round robin, `launch`).
 inline void yield_fiber();
 
-// Hands over until `done()`: every other fiber gets a turn between two
-// checks, so a wait that lasts this many turns never ends (a lane of the
-// warp left the kernel or took another barrier; a copy that never comes).
+// Arrivals, releases, copies issued or landed and threads ended so far:
+// what a thread not stuck does before it hands over.
+inline uint64_t progress;
+
+// Hands over until `done()`. Between two of this fiber's turns every other
+// live fiber has had one; if none of them made progress and this wait is
+// still not over, none ever will (a lane of the warp left the kernel or
+// waits at another barrier; a copy or arrival that never comes): that is
+// reported and the program stops, rather than spinning.
 template <class Done>
 inline void wait_until(const char* what, Done done) {
-    for (uint64_t turns = 0; !done(); turns++) {
-        if (turns == 1000000) {
+    while (!done()) {
+        const uint64_t before = progress;
+        yield_fiber();
+        if (progress == before && !done()) {
             std::fprintf(stderr, "deadlock: thread %u of block (%u, %u) waits at %s\n",
                          threadIdx.x, blockIdx.x, blockIdx.y, what);
             std::abort();
         }
-        yield_fiber();
     }
 }
 
@@ -127,6 +135,7 @@ struct Barrier {
     uint32_t need, arrived = 0;
     uint64_t phase = 0;
     void release_if_full() {
+        progress++;  // an arrival or a departure
         if (arrived > 0 && arrived == need) {
             arrived = 0;
             phase++;
@@ -400,8 +409,11 @@ struct Mbar {
     uint32_t count = 0, pending = 0;
     int64_t tx = 0;  // bytes expected and not yet landed
     uint64_t completed = 0;
-    std::vector<std::vector<uint8_t>> data;  // copies in flight
-    std::vector<void*> dst;
+    struct Flying {
+        void* dst;
+        std::vector<uint8_t> bytes;  // the source as it was at issue
+    };
+    std::vector<Flying> flying;  // copies issued, not landed
 };
 inline std::unordered_map<const void*, Mbar> mbars;
 inline Mbar& mbar_of(const void* bar) {
@@ -413,7 +425,8 @@ inline Mbar& mbar_of(const void* bar) {
     return it->second;
 }
 inline void mbar_complete_if_done(Mbar& b) {
-    if (b.pending == 0 && b.data.empty() && b.tx == 0) {
+    progress++;  // an arrival, a copy landed or expected
+    if (b.pending == 0 && b.flying.empty() && b.tx == 0) {
         b.completed++;
         b.pending = b.count;
     }
@@ -437,20 +450,19 @@ inline void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
         std::abort();
     }
     Mbar& b = mbar_of(bar);
-    b.data.emplace_back((const uint8_t*)src, (const uint8_t*)src + bytes);
-    b.dst.push_back(dst);
+    b.flying.push_back({dst, {(const uint8_t*)src, (const uint8_t*)src + bytes}});
+    progress++;
 }
 // Until the phase of parity `parity` has completed.
 inline void mbar_wait(u64* bar, u32 parity) {
     wait_until("an mbarrier", [&] {
         Mbar& b = mbar_of(bar);
-        if (b.pending == 0 && !b.data.empty()) {
-            for (size_t i = 0; i < b.data.size(); i++) {
-                std::memcpy(b.dst[i], b.data[i].data(), b.data[i].size());
-                b.tx -= (int64_t)b.data[i].size();
+        if (b.pending == 0 && !b.flying.empty()) {
+            for (const Mbar::Flying& f : b.flying) {
+                std::memcpy(f.dst, f.bytes.data(), f.bytes.size());
+                b.tx -= (int64_t)f.bytes.size();
             }
-            b.data.clear();
-            b.dst.clear();
+            b.flying.clear();
             mbar_complete_if_done(b);
         }
         return (b.completed & 1u) != parity;
@@ -508,12 +520,13 @@ inline void fa_ldsm_x4_trans(const u16* p, u32* b) {
 struct Fiber {
     ucontext_t ctx;
     std::unique_ptr<char[]> stack;
-    uint32_t t;
     bool done = false;
     Copies copies;
 };
 inline Copies& copies_now() { return fiber_now->copies; }
 inline std::vector<Fiber>* fibers_now;
+// A fiber's thread index: its place among the block's.
+inline uint32_t thread_of(const Fiber* f) { return (uint32_t)(f - fibers_now->data()); }
 
 // The order the block's threads take turns in: ascending thread index,
 // or with TS_EMULATE_ORDER=reverse in the environment descending. Code
@@ -546,7 +559,7 @@ inline void switch_to(Fiber* to) {
         return;
     }
     fiber_now = to;
-    threadIdx = {to->t, 0, 0};
+    threadIdx = {thread_of(to), 0, 0};
     if (to != from) swapcontext(&from->ctx, &to->ctx);
 }
 inline void yield_fiber() { switch_to(next_fiber()); }
@@ -562,6 +575,7 @@ inline void fiber_main() {
     block_now->warps[threadIdx.x / 32].arrive_and_drop();
     block_now->all.arrive_and_drop();
     fiber_now->done = true;
+    progress++;
     switch_to(next_fiber());
 }
 
@@ -584,9 +598,7 @@ inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::functi
             block_now = &block;
             mbars.clear();
             blockIdx = {x, y, 0};
-            for (uint32_t t = 0; t < threads; t++) {
-                Fiber& f = fibers[t];
-                f.t = t;
+            for (Fiber& f : fibers) {
                 f.done = false;
                 if (!f.stack) f.stack.reset(new char[FIBER_STACK]);
                 getcontext(&f.ctx);
@@ -599,7 +611,7 @@ inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::functi
             // among themselves and the last to end comes back here.
             fibers_now = &fibers;
             fiber_now = &fibers[reverse_order ? threads - 1 : 0];
-            threadIdx = {fiber_now->t, 0, 0};
+            threadIdx = {thread_of(fiber_now), 0, 0};
             swapcontext(&scheduler, &fiber_now->ctx);
         }
     }

@@ -16,12 +16,7 @@
 
 #include "cuda_shim.h"
 #include "moe.cu"
-
-static bool report(const char* what, double err, double tol) {
-    const bool ok = err <= tol;
-    std::printf("%-64s max error %.2e %s\n", what, err, ok ? "ok" : "FAIL");
-    return ok;
-}
+#include "report.h"
 
 // The host's routing of one token: picks and weights, ascending by expert.
 static void host_route(const float* lg, u32 n, u32 k, int mode, std::vector<int>& e,

@@ -14,11 +14,7 @@
 
 #include "cuda_shim.h"
 #include "sample.cu"
-
-static bool report(const std::string& what, bool ok) {
-    std::printf("%-70s %s\n", what.c_str(), ok ? "ok" : "FAIL");
-    return ok;
-}
+#include "report.h"
 
 static std::mt19937 rng(17);
 

@@ -17,12 +17,7 @@
 #include "kv_store.cuh"
 #include "rope_kv.cu"
 #include "convert.cu"
-
-static bool report(const std::string& what, double err, double tol) {
-    const bool ok = err <= tol;
-    std::printf("%-66s max error %.2e %s\n", what.c_str(), err, ok ? "ok" : "FAIL");
-    return ok;
-}
+#include "report.h"
 
 // Relative error of got against want, |want| below 1 counted as 1.
 static double rel(double got, double want) {
