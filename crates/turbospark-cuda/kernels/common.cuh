@@ -4,6 +4,11 @@
 // Numerics: weights are widened to f32 exactly (bf16 is the top half of an
 // f32; f16 goes through the hardware cvt); all arithmetic is f32.
 
+// Guarded: the CPU emulation's driver (tests/emulate/driver) includes it
+// from cuda_shim.h ahead of the source that src/compile.rs prepends it to.
+#ifndef TS_COMMON_CUH
+#define TS_COMMON_CUH
+
 typedef unsigned long long u64;
 typedef long long i64;
 typedef unsigned int u32;
@@ -248,3 +253,5 @@ __device__ __forceinline__ float gelu_tanh(float g) {
 // Grid-stride loop over [0, n).
 #define FOR_EACH(i, n) \
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
+
+#endif  // TS_COMMON_CUH

@@ -3,6 +3,7 @@
 //! the relative-error check. Each binary uses a subset.
 #![allow(dead_code)]
 
+mod emulated_gpu;
 mod tolerances;
 // Not every binary checks against every bound.
 #[allow(unused_imports)]
@@ -15,15 +16,21 @@ use turbospark_cpu::{Cpu, CpuTensor, CpuWeight};
 use turbospark_cuda::{Cuda, CudaError, CudaTensor, CudaWeight};
 use turbospark_format::{DType, HostTensor};
 
-/// The first GPU, held by one test at a time (see [`Gpu`]), or `None`
-/// (the test is skipped, saying so) where there is none: no driver library
-/// or no device. A device that is there but fails to start is a failure,
-/// not a skip.
+/// The first GPU, held by one test at a time (see [`Gpu`]). Where there is
+/// no CUDA driver library, the emulated GPU ([`emulated_gpu`]: the kernels'
+/// source on the CPU, behind an emulated driver) stands in; where it cannot
+/// either (no C++ compiler, `TURBOSPARK_EMULATED_GPU=0`) or there is a
+/// driver but no device, `None`: the test is skipped, saying so. A device
+/// that is there but fails to start is a failure, not a skip.
 pub fn gpu() -> Option<Gpu> {
     static TURN: Mutex<()> = Mutex::new(());
     // A test that failed while holding the GPU leaves nothing to undo.
     let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    match Cuda::new() {
+    let cuda = match Cuda::new() {
+        Err(CudaError::MissingLibrary("cuda")) if emulated_gpu::load() => Cuda::new(),
+        r => r,
+    };
+    match cuda {
         Ok(cuda) => Some(Gpu { cuda, _turn: turn }),
         Err(e) if absent(&e) => {
             println!("skipped: no CUDA device ({e})");
@@ -31,6 +38,13 @@ pub fn gpu() -> Option<Gpu> {
         }
         Err(e) => panic!("the CUDA device did not start: {e}"),
     }
+}
+
+/// Whether [`gpu`] gave the emulated GPU: the kernels' source on the CPU,
+/// with the host's rounding rather than the GPU's (its fused multiply-adds,
+/// its expf), for the one check whose bound is set by the GPU's own.
+pub fn emulated() -> bool {
+    emulated_gpu::in_use()
 }
 
 /// A test's GPU. The test harness runs tests on parallel threads, but

@@ -1,10 +1,13 @@
 // Enough of CUDA to run this crate's kernel sources on the CPU
 // (tests/emulated_kernels.rs builds and runs the programs beside this
-// file), so that CI, which has no GPU, still checks the kernels' indexing,
-// reductions and formats against host references. The GPU tests remain the
-// proof; this is what every commit gets.
+// file; driver/ builds each kernel file behind it for the emulated GPU the
+// GPU tests use where there is no driver), so that CI, which has no GPU,
+// still checks the kernels' indexing, reductions and formats against host
+// references. The GPU tests on a GPU remain the proof; this is what every
+// commit gets.
 //
-// The model: a block's threads are fibers (ucontext) on one OS thread,
+// The model: a block's threads are fibers on one OS thread (switched by
+// `fiber_switch` below, or ucontext where that is not available),
 // each running until it reaches a barrier, then handing over to the next
 // (OS threads in lockstep took ~30 times as long: every barrier a futex).
 // __syncthreads and named barriers are barriers of the block; each
@@ -55,7 +58,12 @@
 
 #define __device__
 #define __forceinline__ inline
+// nvrtc.cpp finds a file's kernels in its preprocessed text by this mark.
+#ifdef TS_FIND_KERNELS
+#define __global__ ts_global_marker
+#else
 #define __global__
+#endif
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
@@ -103,7 +111,44 @@ inline Dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 struct Fiber;
 inline Fiber* fiber_now;
+
+// A fiber switch. On x86-64 a few instructions: push the callee-saved
+// registers, swap stack pointers, pop (ucontext's swapcontext also saves
+// the signal mask with a system call each time, which was 90% of the
+// emulation's run time). AddressSanitizer builds and other machines keep
+// ucontext, which the sanitizer knows about.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define TS_FIBER_ASM 1
+// Saves the running fiber's registers on its stack and its stack pointer
+// in *save, then resumes the fiber whose stack pointer is `load`.
+extern "C" void ts_fiber_switch(void** save, void* load);
+asm(R"(
+    .text
+    .globl ts_fiber_switch
+    .hidden ts_fiber_switch
+    .type ts_fiber_switch, @function
+ts_fiber_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size ts_fiber_switch, .-ts_fiber_switch
+)");
+inline void* scheduler_sp;
+#else
 inline ucontext_t scheduler;
+#endif
 
 // Hands over to the next fiber (round robin, `launch`).
 inline void yield_fiber();
@@ -147,13 +192,6 @@ struct Barrier {
         release_if_full();
     }
 };
-
-inline void Barrier::arrive_and_wait() {
-    const uint64_t mine = phase;
-    arrived++;
-    release_if_full();
-    wait_until("a barrier", [&] { return phase != mine; });
-}
 
 // The running block: its barrier, its warps' barriers and the lanes'
 // exchange slots.
@@ -518,15 +556,39 @@ inline void fa_ldsm_x4_trans(const u16* p, u32* b) {
 
 // A thread of the running block.
 struct Fiber {
+#ifdef TS_FIBER_ASM
+    void* sp;
+#else
     ucontext_t ctx;
+#endif
     std::unique_ptr<char[]> stack;
     bool done = false;
     Copies copies;
+    // The barrier it waits at and the phase it waits to end, so that the
+    // turns pass it by until then (`next_fiber`) rather than switching to
+    // it only to switch away: most of a block's switches were those.
+    const Barrier* barrier = nullptr;
+    uint64_t phase = 0;
+    bool blocked() const { return barrier != nullptr && barrier->phase == phase; }
 };
+
+inline void Barrier::arrive_and_wait() {
+    const uint64_t mine = phase;
+    arrived++;
+    release_if_full();
+    fiber_now->barrier = this;
+    fiber_now->phase = mine;
+    wait_until("a barrier", [&] { return phase != mine; });
+    fiber_now->barrier = nullptr;
+}
 inline Copies& copies_now() { return fiber_now->copies; }
-inline std::vector<Fiber>* fibers_now;
+// The running block's fibers: the first `fiber_count` of a pool kept from
+// launch to launch (their stacks are allocated once, not at every launch).
+inline std::vector<Fiber> fiber_pool;
+inline Fiber* fibers_now;
+inline size_t fiber_count;
 // A fiber's thread index: its place among the block's.
-inline uint32_t thread_of(const Fiber* f) { return (uint32_t)(f - fibers_now->data()); }
+inline uint32_t thread_of(const Fiber* f) { return (uint32_t)(f - fibers_now); }
 
 // The order the block's threads take turns in: ascending thread index,
 // or with TS_EMULATE_ORDER=reverse in the environment descending. Code
@@ -539,28 +601,43 @@ inline const bool reverse_order = [] {
     return v != nullptr && std::strcmp(v, "reverse") == 0;
 }();
 
-// The next fiber of the block not done after the running one (round
-// robin in `reverse_order`'s direction), or null when none is left.
+// The next fiber of the block after the running one (round robin in
+// `reverse_order`'s direction) that is neither done nor waiting at a
+// barrier that has not opened, or null when none is left.
 inline Fiber* next_fiber() {
-    std::vector<Fiber>& fs = *fibers_now;
-    const size_t n = fs.size(), me = fiber_now - fs.data();
+    Fiber* fs = fibers_now;
+    const size_t n = fiber_count, me = fiber_now - fs;
+    Fiber* waiting = nullptr;
     for (size_t i = 1; i <= n; i++) {
         Fiber& f = fs[(reverse_order ? me + n - i : me + i) % n];
-        if (!f.done) return &f;
+        if (f.done) continue;
+        if (!f.blocked()) return &f;
+        if (waiting == nullptr) waiting = &f;
     }
-    return nullptr;
+    // Every other fiber waits at a barrier still closed: the first of
+    // them in turn, whose wait (wait_until) then finds no progress made.
+    return waiting;
 }
 
 // Switches from the running fiber straight to `to` (or to the scheduler).
 inline void switch_to(Fiber* to) {
     Fiber* from = fiber_now;
     if (to == nullptr) {
+#ifdef TS_FIBER_ASM
+        ts_fiber_switch(&from->sp, scheduler_sp);
+#else
         swapcontext(&from->ctx, &scheduler);
+#endif
         return;
     }
     fiber_now = to;
     threadIdx = {thread_of(to), 0, 0};
-    if (to != from) swapcontext(&from->ctx, &to->ctx);
+    if (to == from) return;
+#ifdef TS_FIBER_ASM
+    ts_fiber_switch(&from->sp, to->sp);
+#else
+    swapcontext(&from->ctx, &to->ctx);
+#endif
 }
 inline void yield_fiber() { switch_to(next_fiber()); }
 
@@ -579,40 +656,77 @@ inline void fiber_main() {
     switch_to(next_fiber());
 }
 
-// Runs `kernel` over a grid of (gx, gy) blocks of `threads` threads, one
-// block after another; within a block, each thread in turn until it
+// Makes `f` start at fiber_main on its own stack when first switched to.
+inline void start_fiber(Fiber& f) {
+#ifdef TS_FIBER_ASM
+    // What ts_fiber_switch pops, from its stack pointer up: six registers
+    // (zero), then fiber_main as the return address, then a null return
+    // address for fiber_main itself (which never returns): a call's
+    // alignment, the stack pointer 8 past a multiple of 16 at entry.
+    // Each fiber's stack top is moved down by a different multiple of
+    // 4 KB + 64 B: at one stride (FIBER_STACK, a power of two) every top
+    // fell in one set of the L1 and L2 caches, and the switches missed.
+    const uintptr_t color = (uintptr_t)(&f - fiber_pool.data()) % 31 * (4096 + 64);
+    uintptr_t top = ((uintptr_t)f.stack.get() + FIBER_STACK - color) & ~(uintptr_t)15;
+    void** sp = (void**)top - 8;
+    for (int i = 0; i < 6; i++) sp[i] = nullptr;
+    sp[6] = (void*)&fiber_main;
+    sp[7] = nullptr;
+    f.sp = sp;
+#else
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = FIBER_STACK;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_main, 0);
+#endif
+}
+
+// Runs `kernel` over a grid of (gx, gy, gz) blocks of `threads` threads,
+// one block after another; within a block, each thread in turn until it
 // reaches a barrier or ends. `shared_bytes`: the launch's dynamic shared
 // memory (one buffer, reused by each block as the GPU would).
-inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::function<void()>& kernel,
-                   size_t shared_bytes = 0) {
+inline void launch(uint32_t gx, uint32_t gy, uint32_t gz, uint32_t threads,
+                   const std::function<void()>& kernel, size_t shared_bytes) {
     // Shared memory starts as garbage on the GPU: NaN bytes here.
     std::vector<uint8_t> dynamic(shared_bytes + 16, 0xff);
     dynamic_shared = dynamic.data();
-    gridDim = {gx, gy, 1};
+    gridDim = {gx, gy, gz};
     blockDim = {threads, 1, 1};
     kernel_now = &kernel;
-    std::vector<Fiber> fibers(threads);
-    for (uint32_t y = 0; y < gy; y++) {
-        for (uint32_t x = 0; x < gx; x++) {
-            Block block(threads);
-            block_now = &block;
-            mbars.clear();
-            blockIdx = {x, y, 0};
-            for (Fiber& f : fibers) {
-                f.done = false;
-                if (!f.stack) f.stack.reset(new char[FIBER_STACK]);
-                getcontext(&f.ctx);
-                f.ctx.uc_stack.ss_sp = f.stack.get();
-                f.ctx.uc_stack.ss_size = FIBER_STACK;
-                f.ctx.uc_link = nullptr;
-                makecontext(&f.ctx, fiber_main, 0);
+    if (fiber_pool.size() < threads) fiber_pool.resize(threads);
+    Fiber* fibers = fiber_pool.data();
+    for (uint32_t z = 0; z < gz; z++) {
+        for (uint32_t y = 0; y < gy; y++) {
+            for (uint32_t x = 0; x < gx; x++) {
+                Block block(threads);
+                block_now = &block;
+                mbars.clear();
+                blockIdx = {x, y, z};
+                for (uint32_t t = 0; t < threads; t++) {
+                    Fiber& f = fibers[t];
+                    f.done = false;
+                    f.barrier = nullptr;
+                    if (!f.stack) f.stack.reset(new char[FIBER_STACK]);
+                    start_fiber(f);
+                }
+                // The first thread in turn order first; the fibers hand over
+                // among themselves and the last to end comes back here.
+                fibers_now = fibers;
+                fiber_count = threads;
+                fiber_now = &fibers[reverse_order ? threads - 1 : 0];
+                threadIdx = {thread_of(fiber_now), 0, 0};
+#ifdef TS_FIBER_ASM
+                ts_fiber_switch(&scheduler_sp, fiber_now->sp);
+#else
+                swapcontext(&scheduler, &fiber_now->ctx);
+#endif
             }
-            // The first thread in turn order first; the fibers hand over
-            // among themselves and the last to end comes back here.
-            fibers_now = &fibers;
-            fiber_now = &fibers[reverse_order ? threads - 1 : 0];
-            threadIdx = {thread_of(fiber_now), 0, 0};
-            swapcontext(&scheduler, &fiber_now->ctx);
         }
     }
+}
+// A grid of (gx, gy) blocks.
+inline void launch(uint32_t gx, uint32_t gy, uint32_t threads, const std::function<void()>& kernel,
+                   size_t shared_bytes = 0) {
+    launch(gx, gy, 1, threads, kernel, shared_bytes);
 }
