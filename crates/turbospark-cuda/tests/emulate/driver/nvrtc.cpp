@@ -158,6 +158,10 @@ extern "C" nvrtcResult nvrtcCompileProgram(Program* p, int count, const char* co
         std::string program = "#include \"cuda_shim.h\"\n" + include +
                               "#include \"driver/module.h\"\n";
         for (const std::string& k : kernels_in(ok ? read(base + ".i") : "")) program += k + "\n";
+        // The preprocessed text is large and needed only here; the source
+        // and the program stay beside the object, for a build to be read.
+        std::remove((base + ".i").c_str());
+        std::remove((base + "-find.cpp").c_str());
         ok = ok && write(base + "-module.cpp", program) &&
              sh(cxx + " " + FLAGS + " -shared" + includes + " '" + base + "-module.cpp' -o '" +
                     object + ".tmp' && mv '" + object + ".tmp' '" + object + "'",
