@@ -18,6 +18,9 @@
 //! C++ compiler" and passes, unless `TURBOSPARK_REQUIRE_EMULATION` is set
 //! (CI sets it: `.ci/run`), when it fails.
 
+#[path = "common/cxx.rs"]
+mod cxx;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -48,27 +51,11 @@ const SANITIZERS: &[&str] = &[
 /// C++ compiler (and none is required).
 fn build(compiler: &str, source: &Path, binary: &Path, extra: &[&str]) -> bool {
     let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
-    let out = Command::new(compiler)
-        .args(FLAGS)
-        .args(extra)
-        .arg("-I")
-        .arg(kernels)
-        .arg(source)
-        .arg("-o")
-        .arg(binary)
-        .output();
-    let out = match out {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            assert!(
-                std::env::var_os("TURBOSPARK_REQUIRE_EMULATION").is_none(),
-                "no C++ compiler ({compiler}: not found; set CXX), and \
-                 TURBOSPARK_REQUIRE_EMULATION asks for the emulated kernel tests"
-            );
-            eprintln!("skipped: no C++ compiler ({compiler}: not found; set CXX)");
-            return false;
-        }
-        Err(e) => panic!("{compiler}: {e}"),
+    let mut command = Command::new(compiler);
+    command.args(FLAGS).args(extra).arg("-I").arg(kernels);
+    command.arg(source).arg("-o").arg(binary);
+    let Some(out) = cxx::run(&mut command, "the emulated kernel tests") else {
+        return false;
     };
     let hint = if extra.is_empty() {
         ""
@@ -111,7 +98,7 @@ fn run(name: &str) {
         .join("tests/emulate")
         .join(format!("{name}.cpp"));
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let compiler = cxx::compiler();
     let plain = dir.join(format!("emulate-{name}"));
     if !build(&compiler, &source, &plain, &[]) {
         return;

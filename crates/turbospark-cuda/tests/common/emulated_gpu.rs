@@ -14,6 +14,7 @@
 //! skip, as without a GPU); without a C++ compiler it is left out too,
 //! unless `TURBOSPARK_REQUIRE_EMULATION` is set (CI), when that fails.
 
+use super::cxx;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -64,7 +65,7 @@ pub fn load() -> bool {
 fn build() -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let driver = root.join("tests/emulate/driver");
-    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let compiler = cxx::compiler();
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emulated-gpu");
     let defines = [
         format!("-DTS_CXX=\"{compiler}\""),
@@ -95,34 +96,21 @@ fn build() -> Option<PathBuf> {
             continue;
         }
         let tmp = dir.join(format!("{soname}.tmp"));
-        let run = Command::new(&compiler)
-            .args(["-std=c++20", "-O1", "-Wall", "-Werror", "-fPIC", "-shared"])
+        let mut command = Command::new(&compiler);
+        command.args(["-std=c++20", "-O1", "-Wall", "-Werror", "-fPIC", "-shared"]);
+        command
             .arg(format!("-Wl,-soname,{soname}"))
-            .arg("-Wl,-rpath,$ORIGIN")
+            .arg("-Wl,-rpath,$ORIGIN");
+        command
             .args(&defines)
             .arg(driver.join(source))
             .arg("-o")
-            .arg(&tmp)
+            .arg(&tmp);
+        if soname == "libcublas.so" {
             // cuBLAS's products go through the driver's stream.
-            .args(if soname == "libcublas.so" {
-                vec!["-L".into(), dir.display().to_string(), "-lcuda".into()]
-            } else {
-                vec![]
-            })
-            .output();
-        let run = match run {
-            Ok(run) => run,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                assert!(
-                    std::env::var_os("TURBOSPARK_REQUIRE_EMULATION").is_none(),
-                    "no C++ compiler ({compiler}: not found; set CXX), and \
-                     TURBOSPARK_REQUIRE_EMULATION asks for the emulated GPU"
-                );
-                println!("no C++ compiler ({compiler}): no emulated GPU");
-                return None;
-            }
-            Err(e) => panic!("{compiler}: {e}"),
-        };
+            command.arg("-L").arg(&dir).arg("-lcuda");
+        }
+        let run = cxx::run(&mut command, "the emulated GPU")?;
         assert!(
             run.status.success(),
             "{compiler} could not build the emulated {soname}:\n{}",

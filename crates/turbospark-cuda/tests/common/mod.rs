@@ -3,6 +3,7 @@
 //! the relative-error check. Each binary uses a subset.
 #![allow(dead_code)]
 
+mod cxx;
 mod emulated_gpu;
 mod tolerances;
 // Not every binary checks against every bound.
