@@ -66,18 +66,21 @@ static std::mutex lock;
 static std::map<uintptr_t, size_t> allocations;
 static size_t allocated = 0;
 
-static CUresult allocate(CUdeviceptr* out, size_t bytes) {
+// `device`: counted against the device's memory (pinned host memory is
+// not).
+static CUresult allocate(CUdeviceptr* out, size_t bytes, bool device = true) {
     std::lock_guard<std::mutex> g(lock);
     if (out == nullptr) return INVALID_VALUE;
-    if (bytes > total_memory() - allocated) return OUT_OF_MEMORY;
+    if (device && bytes > total_memory() - allocated) return OUT_OF_MEMORY;
     // 256-byte aligned as the GPU's are; NaN bytes as uninitialised memory
     // is garbage there (a kernel reading what nothing wrote shows).
     const size_t size = (bytes + 255) / 256 * 256 + 256;
     void* p = std::aligned_alloc(256, size);
     if (p == nullptr) return OUT_OF_MEMORY;
     std::memset(p, 0xff, size);
-    allocations[(uintptr_t)p] = bytes;
-    allocated += bytes;
+    const size_t counted = device ? bytes : 0;  // what release() gives back
+    allocations[(uintptr_t)p] = counted;
+    allocated += counted;
     *out = (CUdeviceptr)p;
     return OK;
 }
@@ -199,7 +202,7 @@ extern "C" CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) { return allocat
 extern "C" CUresult cuMemFree_v2(CUdeviceptr p) { return release(p); }
 extern "C" CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned) {
     CUdeviceptr d = 0;
-    const CUresult r = allocate(&d, bytes);
+    const CUresult r = allocate(&d, bytes, false);
     *p = (void*)d;
     return r;
 }
@@ -397,7 +400,9 @@ struct Function {
 };
 
 // The image is the shared object nvrtc.cpp built (its ELF bytes, which
-// carry their length in the header: the section headers come last).
+// carry their length in the header: the section headers come last),
+// loaded from a temporary file that is removed at once
+// (TS_KEEP_MODULES=1 keeps it, for a profiler to find the symbols).
 extern "C" CUresult cuModuleLoadData(Module** m, const void* image) {
     const unsigned char* e = (const unsigned char*)image;
     if (std::memcmp(e, "\x7f" "ELF\x02", 5) != 0) return INVALID_IMAGE;
