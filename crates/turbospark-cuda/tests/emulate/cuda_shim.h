@@ -7,7 +7,7 @@
 // commit gets.
 //
 // The model: a block's threads are fibers on one OS thread (switched by
-// `fiber_switch` below, or ucontext where that is not available),
+// `context_switch` below),
 // each running until it reaches a barrier, then handing over to the next
 // (OS threads in lockstep took ~30 times as long: every barrier a futex).
 // __syncthreads and named barriers are barriers of the block; each
@@ -145,10 +145,18 @@ ts_fiber_switch:
     ret
     .size ts_fiber_switch, .-ts_fiber_switch
 )");
-inline void* scheduler_sp;
+struct Context {
+    void* sp;
+};
+inline void context_switch(Context& save, Context& load) { ts_fiber_switch(&save.sp, load.sp); }
 #else
-inline ucontext_t scheduler;
+struct Context {
+    ucontext_t uc;
+};
+inline void context_switch(Context& save, Context& load) { swapcontext(&save.uc, &load.uc); }
 #endif
+// Where `launch` waits while a block's fibers run.
+inline Context scheduler;
 
 // Hands over to the next fiber (round robin, `launch`).
 inline void yield_fiber();
@@ -556,11 +564,7 @@ inline void fa_ldsm_x4_trans(const u16* p, u32* b) {
 
 // A thread of the running block.
 struct Fiber {
-#ifdef TS_FIBER_ASM
-    void* sp;
-#else
-    ucontext_t ctx;
-#endif
+    Context ctx;
     std::unique_ptr<char[]> stack;
     bool done = false;
     Copies copies;
@@ -623,21 +627,12 @@ inline Fiber* next_fiber() {
 inline void switch_to(Fiber* to) {
     Fiber* from = fiber_now;
     if (to == nullptr) {
-#ifdef TS_FIBER_ASM
-        ts_fiber_switch(&from->sp, scheduler_sp);
-#else
-        swapcontext(&from->ctx, &scheduler);
-#endif
+        context_switch(from->ctx, scheduler);
         return;
     }
     fiber_now = to;
     threadIdx = {thread_of(to), 0, 0};
-    if (to == from) return;
-#ifdef TS_FIBER_ASM
-    ts_fiber_switch(&from->sp, to->sp);
-#else
-    swapcontext(&from->ctx, &to->ctx);
-#endif
+    if (to != from) context_switch(from->ctx, to->ctx);
 }
 inline void yield_fiber() { switch_to(next_fiber()); }
 
@@ -672,13 +667,14 @@ inline void start_fiber(Fiber& f) {
     for (int i = 0; i < 6; i++) sp[i] = nullptr;
     sp[6] = (void*)&fiber_main;
     sp[7] = nullptr;
-    f.sp = sp;
+    f.ctx.sp = sp;
 #else
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.get();
-    f.ctx.uc_stack.ss_size = FIBER_STACK;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, fiber_main, 0);
+    ucontext_t& uc = f.ctx.uc;
+    getcontext(&uc);
+    uc.uc_stack.ss_sp = f.stack.get();
+    uc.uc_stack.ss_size = FIBER_STACK;
+    uc.uc_link = nullptr;
+    makecontext(&uc, fiber_main, 0);
 #endif
 }
 
@@ -716,11 +712,7 @@ inline void launch(uint32_t gx, uint32_t gy, uint32_t gz, uint32_t threads,
                 fiber_count = threads;
                 fiber_now = &fibers[reverse_order ? threads - 1 : 0];
                 threadIdx = {thread_of(fiber_now), 0, 0};
-#ifdef TS_FIBER_ASM
-                ts_fiber_switch(&scheduler_sp, fiber_now->sp);
-#else
-                swapcontext(&scheduler, &fiber_now->ctx);
-#endif
+                context_switch(scheduler, fiber_now->ctx);
             }
         }
     }

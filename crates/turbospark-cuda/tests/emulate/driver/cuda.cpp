@@ -7,9 +7,10 @@
 // finds no GPU.
 //
 // It owns the device's description (an H200's: sm_90, 227 KB of opt-in
-// shared memory; fewer multiprocessors, `multiprocessors`), its memory (host memory; a device pointer is the
-// host address, and fresh memory is NaN bytes as uninitialised device
-// memory is garbage), streams, events, graphs and modules. It must not
+// shared memory; fewer multiprocessors, `multiprocessors`), its memory
+// (host memory; a device pointer is the host address, and fresh memory is
+// NaN bytes as uninitialised device memory is garbage), streams, events,
+// graphs and modules. It must not
 // compute anything itself: kernels are the programs nvrtc.cpp built from
 // kernels/*.cu, run by their module.h entry points.
 //
@@ -21,7 +22,6 @@
 // captured copies and memsets read their operands at replay, as CUDA's
 // nodes do.
 #include <dlfcn.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,9 +45,7 @@ enum : CUresult {
     INVALID_VALUE = 1,
     OUT_OF_MEMORY = 2,
     INVALID_IMAGE = 200,
-    INVALID_HANDLE = 400,
     NOT_FOUND = 500,
-    NOT_SUPPORTED = 801,
     CAPTURE_UNSUPPORTED = 900,
 };
 
@@ -98,10 +96,6 @@ static CUresult release(CUdeviceptr p) {
 // ---- the device --------------------------------------------------------
 
 extern "C" CUresult cuInit(unsigned) { return OK; }
-extern "C" CUresult cuDriverGetVersion(int* v) {
-    *v = 13000;
-    return OK;
-}
 extern "C" CUresult cuDeviceGetCount(int* n) {
     *n = 1;
     return OK;
@@ -113,10 +107,6 @@ extern "C" CUresult cuDeviceGet(CUdevice* d, int ordinal) {
 }
 extern "C" CUresult cuDeviceGetName(char* name, int len, CUdevice) {
     std::snprintf(name, (size_t)len, "TurboSpark emulated GPU (sm_90, CPU)");
-    return OK;
-}
-extern "C" CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
-    *bytes = total_memory();
     return OK;
 }
 
@@ -171,16 +161,6 @@ extern "C" CUresult cuCtxGetCurrent(CUcontext* c) {
     *c = &context_token;
     return OK;
 }
-extern "C" CUresult cuCtxPushCurrent_v2(CUcontext) { return OK; }
-extern "C" CUresult cuCtxPopCurrent_v2(CUcontext* c) {
-    if (c != nullptr) *c = &context_token;
-    return OK;
-}
-extern "C" CUresult cuCtxSynchronize() { return OK; }
-extern "C" CUresult cuCtxGetDevice(CUdevice* d) {
-    *d = 0;
-    return OK;
-}
 
 extern "C" CUresult cuGetErrorString(CUresult e, const char** s) {
     static char text[64];
@@ -188,7 +168,6 @@ extern "C" CUresult cuGetErrorString(CUresult e, const char** s) {
     *s = text;
     return OK;
 }
-extern "C" CUresult cuGetErrorName(CUresult e, const char** s) { return cuGetErrorString(e, s); }
 
 // ---- memory --------------------------------------------------------------
 
@@ -236,7 +215,7 @@ struct Node {
     void* dst = nullptr;
     const void* src = nullptr;
     size_t bytes = 0;
-    uint32_t value = 0, element = 1;  // a memset's value and element size
+    unsigned char value = 0;  // a memset's byte
     void (*host)(void*) = nullptr;     // a host function, its data's drop
     void (*host_drop)(void*) = nullptr;
     void* data = nullptr;
@@ -251,22 +230,21 @@ struct Stream {
 typedef Stream* CUstream;
 
 static void run(const Node& n);
+static void drop(const Node& n);
 
-// Runs `n` now, or records it where `s` is being captured.
+// Runs `n` now and drops what it owns, or records it (its owner the
+// graph) where `s` is being captured.
 static CUresult issue(CUstream s, Node n) {
     if (s != nullptr && s->capture != nullptr) {
         s->capture->nodes.push_back(n);
         return OK;
     }
     run(n);
+    drop(n);
     return OK;
 }
 
 extern "C" CUresult cuStreamCreate(CUstream* s, unsigned) {
-    *s = new Stream;
-    return OK;
-}
-extern "C" CUresult cuStreamCreateWithPriority(CUstream* s, unsigned, int) {
     *s = new Stream;
     return OK;
 }
@@ -275,8 +253,6 @@ extern "C" CUresult cuStreamDestroy_v2(CUstream s) {
     return OK;
 }
 extern "C" CUresult cuStreamSynchronize(CUstream) { return OK; }
-extern "C" CUresult cuStreamQuery(CUstream) { return OK; }
-extern "C" CUresult cuStreamWaitEvent(CUstream, void*, unsigned) { return OK; }
 
 extern "C" CUresult cuStreamBeginCapture_v2(CUstream s, int) {
     if (s == nullptr || s->capture != nullptr) return CAPTURE_UNSUPPORTED;
@@ -289,25 +265,12 @@ extern "C" CUresult cuStreamEndCapture(CUstream s, Graph** g) {
     s->capture = nullptr;
     return OK;
 }
-extern "C" CUresult cuStreamIsCapturing(CUstream s, int* status) {
-    *status = s != nullptr && s->capture != nullptr ? 1 : 0;
-    return OK;
-}
 extern "C" CUresult cuThreadExchangeStreamCaptureMode(int*) { return OK; }
 
 static CUresult copy(void* dst, const void* src, size_t bytes, CUstream s) {
     Node n{1};
     n.dst = dst, n.src = src, n.bytes = bytes;
     return issue(s, n);
-}
-extern "C" CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* h, size_t n) {
-    return copy((void*)d, h, n, nullptr);
-}
-extern "C" CUresult cuMemcpyDtoH_v2(void* h, CUdeviceptr d, size_t n) {
-    return copy(h, (const void*)d, n, nullptr);
-}
-extern "C" CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return copy((void*)d, (const void*)s, n, nullptr);
 }
 extern "C" CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* h, size_t n, CUstream s) {
     return copy((void*)d, h, n, s);
@@ -319,23 +282,10 @@ extern "C" CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr src, size_t 
     return copy((void*)d, (const void*)src, n, s);
 }
 
-static CUresult memset_n(CUdeviceptr d, uint32_t value, uint32_t element, size_t count,
-                         CUstream s) {
+extern "C" CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t count, CUstream s) {
     Node n{2};
-    n.dst = (void*)d, n.value = value, n.element = element, n.bytes = count * element;
+    n.dst = (void*)d, n.value = v, n.bytes = count;
     return issue(s, n);
-}
-extern "C" CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
-    return memset_n(d, v, 1, n, nullptr);
-}
-extern "C" CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) {
-    return memset_n(d, v, 4, n, nullptr);
-}
-extern "C" CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
-    return memset_n(d, v, 1, n, s);
-}
-extern "C" CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream s) {
-    return memset_n(d, v, 4, n, s);
 }
 
 // Stream-ordered allocation: at once, even while recording (the graph's
@@ -372,17 +322,10 @@ extern "C" CUresult cuEventRecord(Event* e, CUstream s) {
     e->at = std::chrono::steady_clock::now();
     return OK;
 }
-extern "C" CUresult cuEventRecordWithFlags(Event* e, CUstream s, unsigned) {
-    return cuEventRecord(e, s);
-}
 extern "C" CUresult cuEventSynchronize(Event*) { return OK; }
-extern "C" CUresult cuEventQuery(Event*) { return OK; }
 extern "C" CUresult cuEventElapsedTime_v2(float* ms, Event* a, Event* b) {
     *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
     return OK;
-}
-extern "C" CUresult cuEventElapsedTime(float* ms, Event* a, Event* b) {
-    return cuEventElapsedTime_v2(ms, a, b);
 }
 
 // ---- modules: the programs nvrtc.cpp built --------------------------------
@@ -444,13 +387,6 @@ extern "C" CUresult cuFuncSetAttribute(Function* f, int attribute, int v) {
     }
     return OK;
 }
-extern "C" CUresult cuFuncGetAttribute(int* v, int attribute, Function* f) {
-    switch (attribute) {
-        case 0: *v = 1024; return OK;  // max threads per block
-        case 8: *v = f->max_dynamic_shared; return OK;
-        default: *v = 0; return OK;
-    }
-}
 // Every kernel here fits twice on a multiprocessor where its shared memory
 // does (the GPU's register limits are not modelled).
 extern "C" CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, Function*, int threads,
@@ -503,10 +439,7 @@ static CUresult launch(Function* f, const unsigned grid[3], const unsigned block
     n.geometry[0] = grid[0], n.geometry[1] = grid[1], n.geometry[2] = grid[2];
     n.geometry[3] = block[0], n.geometry[4] = shared;
     n.programmatic = programmatic;
-    if (s != nullptr && s->capture != nullptr) return issue(s, n);
-    run(n);
-    f->free(n.bound);
-    return OK;
+    return issue(s, n);
 }
 extern "C" CUresult cuLaunchKernelEx(const LaunchConfig* c, Function* f, void** params, void**) {
     bool programmatic = false;
@@ -516,27 +449,21 @@ extern "C" CUresult cuLaunchKernelEx(const LaunchConfig* c, Function* f, void** 
     }
     return launch(f, c->grid, c->block, c->shared, c->stream, params, programmatic);
 }
-extern "C" CUresult cuLaunchKernel(Function* f, unsigned gx, unsigned gy, unsigned gz,
-                                   unsigned bx, unsigned by, unsigned bz, unsigned shared,
-                                   CUstream s, void** params, void**) {
-    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    return launch(f, grid, block, shared, s, params, false);
-}
 
 static void run(const Node& n) {
     switch (n.type) {
         case 0: n.f->run(n.bound, n.geometry); break;
         case 1: std::memmove(n.dst, n.src, n.bytes); break;
-        case 2:
-            if (n.element == 1) {
-                std::memset(n.dst, (int)n.value, n.bytes);
-            } else {
-                for (size_t i = 0; i < n.bytes / 4; i++) ((uint32_t*)n.dst)[i] = n.value;
-            }
-            break;
+        case 2: std::memset(n.dst, n.value, n.bytes); break;
         case 3: n.host(n.data); break;
         default: break;
     }
+}
+
+// What a node owns: a launch's bound arguments, a host function's data.
+static void drop(const Node& n) {
+    if (n.type == 0) n.f->free(n.bound);
+    if (n.type == 3) n.host_drop(n.data);
 }
 
 // For cublas.cpp: `run(data)` in `s`'s order, then `drop(data)` once it is
@@ -545,10 +472,7 @@ extern "C" int ts_emulated_enqueue(CUstream s, void (*run_fn)(void*), void (*dro
                                    void* data) {
     Node n{3};
     n.host = run_fn, n.host_drop = drop, n.data = data;
-    if (s != nullptr && s->capture != nullptr) return issue(s, n);
-    run(n);
-    drop(data);
-    return OK;
+    return issue(s, n);
 }
 
 // ---- graphs ----------------------------------------------------------------
@@ -565,16 +489,12 @@ extern "C" CUresult cuGraphLaunch(GraphExec* e, CUstream s) {
     for (const Node& n : e->graph->nodes) run(n);
     return OK;
 }
-extern "C" CUresult cuGraphUpload(GraphExec*, CUstream) { return OK; }
 extern "C" CUresult cuGraphExecDestroy(GraphExec* e) {
     delete e;
     return OK;
 }
 extern "C" CUresult cuGraphDestroy(Graph* g) {
-    for (Node& n : g->nodes) {
-        if (n.type == 0) n.f->free(n.bound);
-        if (n.type == 3) n.host_drop(n.data);
-    }
+    for (const Node& n : g->nodes) drop(n);
     for (CUdeviceptr p : g->freed) release(p);
     delete g;
     return OK;
