@@ -215,7 +215,11 @@ ATT_PARTIAL(attn_partial_bf16kv, u16)
 // - values: each lane owns J consecutive dimensions; for each live slot it
 //   reads them in one vector load and adds p (shuffled from the slot's
 //   lane) times them.
-// Each head's (first) warp then writes its partial (m, l, output). Warps
+// Each head's (first) warp then writes its partial (m, l, output). (The
+// tensor-core form, P = 0, over a bf16 store with up to 8 heads a group:
+// one warp a block scores and adds the tile for every head of the group
+// with mma.sync instead, attention_mma.cuh; staging, visibility and the
+// partials are the same.) Warps
 // of one head, rather than warps that each take whole tiles for every
 // head of the group: a decode step's attention is bound by the latency of
 // each warp's chain of shared loads, shuffles and multiply-adds, not by
@@ -250,6 +254,7 @@ ATT_PARTIAL(attn_partial_bf16kv, u16)
 // `__launch_bounds__(n, 1)` differently (the head_dim-64 forms took 94-102
 // registers instead of 40-62).
 #define GQA_BOUNDS(G, P) GQA_BOUNDS_##P(G)
+#define GQA_BOUNDS_0(G) __launch_bounds__(32)
 #define GQA_BOUNDS_1(G) __launch_bounds__(32 * (G))
 #define GQA_BOUNDS_2(G) __launch_bounds__(64 * (G), 24 / (G))
 
@@ -302,6 +307,22 @@ struct GqaStep {
     RopeFreqs freqs;
 };
 
+// The window form's normalisation of query head `qhead`'s (m, l) (its
+// outputs are acc · w · inv): attn_combine's arithmetic for one split (its
+// order, so its bits for the same (m, l, acc)). No live key and no sink
+// gives 0/0 = NaN, as on the CPU.
+__device__ __forceinline__ void one_split(float m, float l, const GqaStep& st, u32 qhead,
+                                          float& w, float& inv) {
+    float M = m, sink_term = 0.0f;
+    if (st.sinks) {
+        const float sink = load_w(st.sinks, st.sinks_dt, qhead);
+        M = fmaxf(M, sink);
+        sink_term = expf(sink - M);
+    }
+    w = m == NEG_INF ? 0.0f : expf(m - M);
+    inv = 1.0f / (l * w + sink_term);
+}
+
 template <typename S, int J, int G, int P, bool STEP, int W>
 __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const float* q,
                                          const S* kc, const S* vc, const i64* slot_pos,
@@ -312,20 +333,27 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     constexpr u32 HD = 32 * J, H4 = HD / 4;
     constexpr u32 VEC = KV_VEC(S), CH = HD / VEC;  // values a chunk, chunks a row
     constexpr u32 T = GQA_TILE_VALUES / HD < 32 ? GQA_TILE_VALUES / HD : 32;
-    constexpr u32 TP = T / P;  // keys a warp takes of each tile
-    static_assert((P == 1 || P == 2) && TP >= 1, "one or two warps a head");
+    constexpr bool MMA = P == 0;  // the tensor-core form (GqaMma): one warp a block
+    constexpr u32 PW = MMA ? 1 : P;  // warps a head
+    constexpr u32 TP = T / PW;  // keys a warp takes of each tile
+    static_assert(P <= 2 && TP >= 1, "one or two warps a head, or one for the group");
+    static_assert(!MMA || (sizeof(S) == 2 && G <= 8), "mma: a bf16 store, at most 8 heads");
     constexpr u32 LPK = 32 / TP;
-    constexpr u32 KS = CH + LPK;  // chunks a staged key row
+    // Chunks a staged key and value row. The mma form pads both by one
+    // chunk: rows 4 words apart mod 32 banks, so its fragment reads and
+    // ldmatrix phases are conflict-free (flash_attention.cu's layout).
+    constexpr u32 KS = MMA ? CH + 1 : CH + LPK;
+    constexpr u32 VS = MMA ? CH + 1 : CH;
     static_assert(W == 0 || STEP, "the window form is a step form");
     constexpr u32 NB = W > 0 ? W : 1;  // tiles staged at once
-    const u32 lane = threadIdx.x & 31u, head = (threadIdx.x >> 5) / P;
-    const u32 part = (threadIdx.x >> 5) % P;  // which keys of a tile: part · TP on
+    const u32 lane = threadIdx.x & 31u, head = (threadIdx.x >> 5) / PW;
+    const u32 part = (threadIdx.x >> 5) % PW;  // which keys of a tile: part · TP on
     const u32 kv_heads = num_heads / group;
     const u32 row = blockIdx.x / kv_heads, kvh = blockIdx.x % kv_heads;
     const u32 split = blockIdx.y;
     __shared__ float4 qs[G * H4];
     __shared__ uint4 ks[NB * T * KS];
-    __shared__ uint4 vs[NB * T * CH];
+    __shared__ uint4 vs[NB * T * VS];
     // A split this row cannot see (past its position, outside its window:
     // most of a recorded step's splits early in a sequence, and of a
     // sliding layer's) writes nothing; attn_combine skips it. (positions
@@ -373,7 +401,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             for (; r < nk; r += rstep, src += src_step) {
                 if (STEP && t0 + r == cur) continue;
                 cp_async16(&ks[r * KS + c], kc + src);
-                cp_async16(&vs[r * CH + c], vc + src);
+                cp_async16(&vs[r * VS + c], vc + src);
             }
         } else {
             for (u32 i = threadIdx.x; i < nk * hc; i += blockDim.x) {
@@ -381,7 +409,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
                 if (STEP && t0 + r == cur) continue;
                 const u64 src = (u64)(t0 + r) * kv_dim + kv_off + VEC * c;
                 cp_async16(&ks[r * KS + c], kc + src);
-                cp_async16(&vs[r * CH + c], vc + src);
+                cp_async16(&vs[r * VS + c], vc + src);
             }
         }
     };
@@ -396,10 +424,12 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             const u32 s = base + r >= capacity ? base + r - capacity : base + r;
             const u64 src = (u64)s * kv_dim + kv_off + VEC * c;
             cp_async16(&ks[(b * T + r) * KS + c], kc + src);
-            cp_async16(&vs[(b * T + r) * CH + c], vc + src);
+            cp_async16(&vs[(b * T + r) * VS + c], vc + src);
         }
     };
-    const u32 key = part * TP + lane / LPK, sub = lane % LPK;  // the key this lane scores
+    // The key this lane scores (the mma form: lane t checks key t's
+    // visibility, and the warp's ballot tells every lane).
+    const u32 key = MMA ? lane : part * TP + lane / LPK, sub = lane % LPK;
     // Whether this lane's key of the tile at row t0 (nk rows) is visible:
     // the step's own row holds position qpos, the others what slot_pos says.
     auto live_at = [&](u32 t0, u32 nk) {
@@ -442,7 +472,11 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     const u64 qh = (u64)row * num_heads + (u64)kvh * group + head;
     const float4* qrow = (const float4*)(q + qh * head_dim);
     float4* qq = qs + head * H4;
-    if (part == 0) {
+    if constexpr (MMA) {
+        // The one warp stages (and rotates, below) every head of the group:
+        // their rows are contiguous, and head_dim is HD (src/attention.rs).
+        for (u32 c = lane; c < group * H4; c += 32) qs[c] = qrow[c];
+    } else if (part == 0) {
         for (u32 c = lane; c < h4; c += 32) qq[c] = qrow[c];
     }
     __syncwarp();
@@ -451,8 +485,16 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     __shared__ uint4 fresh_k[STEP ? CH : 1], fresh_v[STEP ? CH : 1];
     if constexpr (STEP) {
         float* qf = (float*)qq;
-        for (u32 i = lane; part == 0 && i < st.pairs; i += 32) {
-            rotate_by(qf[i], qf[i + half], cs[i].x, cs[i].y);
+        if constexpr (MMA) {
+            // The one warp takes every head's pairs (i / pairs a head).
+            for (u32 i = lane; i < group * st.pairs; i += 32) {
+                const u32 h = i / st.pairs, pr = i - h * st.pairs;
+                rotate_by(qf[h * HD + pr], qf[h * HD + pr + half], cs[pr].x, cs[pr].y);
+            }
+        } else {
+            for (u32 i = lane; part == 0 && i < st.pairs; i += 32) {
+                rotate_by(qf[i], qf[i + half], cs[i].x, cs[i].y);
+            }
         }
         __syncwarp();
         if (cur != 0xffffffffu) {
@@ -483,7 +525,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             const u32 b = (cur - s0) / T, r = (cur - s0) % T;
             for (u32 c = threadIdx.x; c < hc; c += blockDim.x) {
                 ks[(b * T + r) * KS + c] = fresh_k[c];
-                vs[(b * T + r) * CH + c] = fresh_v[c];
+                vs[(b * T + r) * VS + c] = fresh_v[c];
             }
             cp_async_wait_all();
             __syncthreads();
@@ -491,6 +533,8 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     }
     TS_PHASE(1);  // the query (and a step's key and value) in place
 
+    GqaMma<MMA ? HD : 16, MMA ? T : 16> mm;  // the mma form's state
+    if constexpr (MMA) mm.init((const float*)qs, group);
     // Per-lane denominator terms (each key's first lane holds its p); the
     // warp sums them once at the end.
     float m = NEG_INF, l = 0.0f, acc[J];
@@ -498,6 +542,8 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
     for (int j = 0; j < J; j++) acc[j] = 0.0f;
     for (u32 t0 = s0, b = 0; t0 < s1; t0 += T, b++) {
         const u32 nk = min(T, s1 - t0);
+        // This tile's staged rows (the split form has one buffer).
+        const u32 buf = W > 0 ? b : 0u;
         bool live;
         if constexpr (W > 0) {
             live = (live_tiles >> b) & 1u;
@@ -506,7 +552,7 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             if (STEP && cur >= t0 && cur < t0 + nk) {
                 for (u32 c = threadIdx.x; c < hc; c += blockDim.x) {
                     ks[(cur - t0) * KS + c] = fresh_k[c];
-                    vs[(cur - t0) * CH + c] = fresh_v[c];
+                    vs[(cur - t0) * VS + c] = fresh_v[c];
                 }
             }
             live = STEP && t0 == s0 ? first_live : live_at(t0, nk);
@@ -514,9 +560,19 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
             __syncthreads();
             TS_PHASE(2);  // a tile landed
         }
-        // This tile's staged rows (the split form has one buffer).
-        const uint4* kt = ks + (W > 0 ? b : 0u) * T * KS;
-        const S* vt = (const S*)(vs + (W > 0 ? b : 0u) * T * CH);
+        const uint4* kt = ks + buf * T * KS;
+        const S* vt = (const S*)(vs + buf * T * VS);
+        if constexpr (MMA) {
+            // Rows past the tile's keys hold what shared memory held: their
+            // weights are 0, but 0 · NaN is not, so they are zeroed.
+            uint4* vz = vs + buf * T * VS;
+            for (u32 i = nk * VS + lane; i < T * VS; i += 32) vz[i] = make_uint4(0, 0, 0, 0);
+            __syncwarp();
+            const u32 mask = __ballot_sync(0xffffffffu, live);
+            if (mask != 0) mm.tile((const u16*)kt, (const u16*)vt, mask, scale, softcap);
+            __syncthreads();  // the next tile overwrites the staged rows
+            continue;
+        }
         // Four partial sums (value i of a chunk into component i % 4):
         // four short chains of dependent multiply-adds instead of one long
         // one.
@@ -582,6 +638,25 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         if (W == 0) __syncthreads();  // the next tile overwrites the staged rows
     }
     TS_PHASE(3);  // the products (warp 0's)
+    if constexpr (MMA) {
+        // Head g's (the quad's) partial, or the window form's output.
+        const float sum = mm.sum();
+        const u32 g = lane >> 2;
+        if (g >= group) return;
+        if constexpr (W > 0) {
+            float w, inv;
+            one_split(mm.m, sum, st, kvh * group + g, w, inv);
+            mm.write(st.out + (qh + g) * head_dim, w, inv);
+        } else {
+            const u64 out = (qh + g) * splits + split;
+            mm.write(part_o + out * head_dim, 1.0f, 1.0f);
+            if ((lane & 3u) == 0) {
+                part_ml[out * 2] = mm.m;
+                part_ml[out * 2 + 1] = sum;
+            }
+        }
+        return;
+    }
     // No live slot: m = −inf, l = 0, output 0, which the combine skips.
     l = warp_sum(l);
     if constexpr (P > 1) {
@@ -610,17 +685,8 @@ __device__ __forceinline__ void attn_gqa(float* part_o, float* part_ml, const fl
         }
     }
     if constexpr (W > 0) {
-        // attn_combine's arithmetic for one split (its order, so its bits
-        // for the same (m, l, acc)). No live key and no sink gives 0/0 =
-        // NaN, as on the CPU.
-        float M = m, sink_term = 0.0f;
-        if (st.sinks) {
-            const float sink = load_w(st.sinks, st.sinks_dt, kvh * group + head);
-            M = fmaxf(M, sink);
-            sink_term = expf(sink - M);
-        }
-        const float w = m == NEG_INF ? 0.0f : expf(m - M);
-        const float inv = 1.0f / (l * w + sink_term);
+        float w, inv;
+        one_split(m, l, st, kvh * group + head, w, inv);
         float* dst = st.out + qh * head_dim;
 #pragma unroll
         for (int j = 0; j < J; j++) {
@@ -672,6 +738,10 @@ ATT_GQA_KERNEL(attn_gqa_hd64_g16, 2, 16, 1)
 ATT_GQA_KERNEL(attn_gqa_hd128_g4, 4, 4, 2)
 ATT_GQA_KERNEL(attn_gqa_hd128_g8, 4, 8, 1)
 ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4, 2)
+// The tensor-core forms (GqaMma): over a bf16 store, head_dim exactly HD.
+ATT_GQA_FORMS(attn_gqa_hd64_g8_bf16kv_mma, u16, 2, 8, 0)
+ATT_GQA_FORMS(attn_gqa_hd128_g4_bf16kv_mma, u16, 4, 4, 0)
+ATT_GQA_FORMS(attn_gqa_hd128_g8_bf16kv_mma, u16, 4, 8, 0)
 
 // The window forms, W tiles of 32 slots (W · 32 positions) staged at once:
 // over a bf16 store with head_dim ≤ 64 only (one warp a head), where 4
@@ -684,3 +754,8 @@ ATT_GQA_KERNEL(attn_gqa_hd256_g4, 8, 4, 2)
     }
 ATT_GQA_WINDOW(attn_gqa_hd64_g8_bf16kv, 2, 8, 4)
 ATT_GQA_WINDOW(attn_gqa_hd64_g16_bf16kv, 2, 16, 4)
+// The tensor-core window form (GqaMma): gpt-oss's shapes.
+extern "C" __global__ void GQA_BOUNDS(8, 0) attn_gqa_hd64_g8_bf16kv_mma_window(ATT_GQA_ARGS(u16),
+                                                                              GqaStep st) {
+    attn_gqa<u16, 2, 8, 0, true, 4>(ATT_GQA_PASS, st); /* calls pdl_enter */
+}

@@ -1,8 +1,8 @@
-// Tensor-core helpers of the attention kernels that use mma.sync m16n8k16
-// with bf16 operands and f32 accumulators (flash_attention.cu, prefill).
-// The fragment layouts are written out at the top of flash_attention.cu.
-// Put in front of it (src/compile.rs), after common.cuh. Helpers only: no
-// kernel.
+// Tensor-core helpers shared by the attention kernels that use mma.sync
+// m16n8k16 with bf16 operands and f32 accumulators: flash_attention.cu
+// (prefill) and attention.cu's tensor-core decode form. The fragment
+// layouts are written out at the top of flash_attention.cu. Put in front of
+// both files (src/compile.rs), after common.cuh. Helpers only: no kernel.
 
 // Two f32 as packed bf16 (round to nearest even), `lo` in the lower half.
 __device__ __forceinline__ u32 fa_pack(float lo, float hi) {

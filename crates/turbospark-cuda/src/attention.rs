@@ -63,13 +63,29 @@ struct Gqa<'a> {
     step: &'a CudaFunction,
     window: Option<&'a CudaFunction>,
     tile: usize,
+    /// Warps a query head; 0 for the tensor-core forms (one warp a block).
     warps: usize,
+    /// Whether the window form is the tensor-core one (else one warp a head).
+    window_mma: bool,
 }
 
 impl Gqa<'_> {
-    /// Threads of a block serving `group` query heads.
+    /// Threads of a block of the plain and step forms serving `group`
+    /// query heads.
     fn threads(&self, group: usize) -> u32 {
-        (32 * group * self.warps) as u32
+        match self.warps {
+            0 => 32,
+            w => (32 * group * w) as u32,
+        }
+    }
+
+    /// Threads of a block of the window form.
+    fn window_threads(&self, group: usize) -> u32 {
+        if self.window_mma {
+            32
+        } else {
+            32 * group as u32
+        }
     }
 }
 
@@ -78,7 +94,10 @@ impl Gqa<'_> {
 /// head_dim whole 16-byte chunks of the store, i.e. a multiple of 4 for
 /// f32 and of 8 for bf16, up to 64 with 16 heads a group, 128 with 8, 256
 /// with 4), the one with the least shared memory; its tile is
-/// `min(32, 4096 / (32 · ceil(hd / 32)))` slots (`GQA_TILE_VALUES`).
+/// `min(32, 4096 / (32 · ceil(hd / 32)))` slots (`GQA_TILE_VALUES`). Over a
+/// bf16 store with head_dim exactly 64 or 128 and up to 8 heads a group,
+/// the tensor-core forms (kernels/attention_mma.cuh) unless
+/// `Cuda::set_mma_attention(false)`.
 fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Option<Gqa<'_>> {
     if !(head_dim * dtype.bytes()).is_multiple_of(16) {
         return None;
@@ -174,7 +193,7 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             ),
         ],
     };
-    forms
+    let gqa = forms
         .into_iter()
         .find(|&(hd, g, ..)| head_dim <= hd && group <= g)
         .map(|(hd, _, warps, plain, step, window)| Gqa {
@@ -183,7 +202,47 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             window,
             tile: (4096 / hd).min(32),
             warps,
-        })
+            window_mma: false,
+        })?;
+    // The tensor-core forms (head_dim exactly theirs, a bf16 store): the
+    // same tiles, one warp a block.
+    let mma = [
+        (
+            64,
+            8,
+            &k.attn_gqa_hd64_g8_bf16kv_mma,
+            &k.attn_gqa_hd64_g8_bf16kv_mma_step,
+            Some(&k.attn_gqa_hd64_g8_bf16kv_mma_window),
+        ),
+        (
+            128,
+            4,
+            &k.attn_gqa_hd128_g4_bf16kv_mma,
+            &k.attn_gqa_hd128_g4_bf16kv_mma_step,
+            None,
+        ),
+        (
+            128,
+            8,
+            &k.attn_gqa_hd128_g8_bf16kv_mma,
+            &k.attn_gqa_hd128_g8_bf16kv_mma_step,
+            None,
+        ),
+    ]
+    .into_iter()
+    .filter(|_| be.mma_attention && dtype == KvDtype::Bf16)
+    .find(|&(hd, g, ..)| head_dim == hd && group <= g);
+    Some(match mma {
+        Some((_, _, plain, step, window)) => Gqa {
+            plain,
+            step,
+            warps: 0,
+            window: gqa.window.and(window),
+            window_mma: gqa.window.is_some() && window.is_some(),
+            ..gqa
+        },
+        None => gqa,
+    })
 }
 
 /// Slots per split of the GQA kernel for `range` slots and `units` (row,
@@ -653,7 +712,7 @@ fn window_form<'a>(be: &'a Cuda, kv: &CudaKv, p: &AttnParams) -> Option<(&'a Cud
     let group = p.num_heads / p.num_kv_heads;
     let k = gqa_kernel(be, p.head_dim, group, kv.spec.dtype)?;
     let f = k.window?;
-    (window.min(kv.spec.capacity) <= WINDOW_TILES * k.tile).then_some((f, k.threads(group)))
+    (window.min(kv.spec.capacity) <= WINDOW_TILES * k.tile).then_some((f, k.window_threads(group)))
 }
 
 #[cfg(test)]

@@ -22,9 +22,9 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 /// One kernel family per file: (file name, source). The GEMV files share
 /// gemv_common.cuh, the streamed ones async_copy.cuh and stream.cuh (moe.cu
 /// async_copy.cuh too) and the grouped ones grouped_formats.cuh; the files
-/// that touch the KV store share kv_store.cuh, flash attention mma.cuh;
-/// each put in front. The split attention and its combine are two files of
-/// one module.
+/// that touch the KV store share kv_store.cuh, the two attention files that
+/// use tensor cores mma.cuh; each put in front. The split attention and its
+/// combine are two files of one module.
 pub const SOURCES: [(&str, &str); 11] = [
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("norm.cu", include_str!("../kernels/norm.cu")),
@@ -69,6 +69,8 @@ pub const SOURCES: [(&str, &str); 11] = [
         concat!(
             include_str!("../kernels/rope.cuh"),
             include_str!("../kernels/kv_store.cuh"),
+            include_str!("../kernels/mma.cuh"),
+            include_str!("../kernels/attention_mma.cuh"),
             include_str!("../kernels/attention.cu"),
             include_str!("../kernels/attention_combine.cu")
         ),

@@ -19,6 +19,24 @@ use crate::compile::{SOURCES, cubin, recompile};
 /// Threads per block of the element-wise kernels.
 pub const BLOCK: u32 = 256;
 
+/// The preferred shared-memory carveout, in percent of the most an SM
+/// gives (228 KB on sm_90), of every kernel but flash attention's. Left to
+/// the driver, each kernel gets the split of L1 and shared memory that its
+/// own blocks favour, and a decode step's kernels favour different ones.
+/// An SM can change its split only when it is idle, so (the likely
+/// mechanism; the figures fit it, nothing documents it) a kernel whose
+/// split differs from its predecessor's is not resident beside that
+/// predecessor's last blocks, and programmatic dependent launch loses the
+/// overlap it is there for. One preference for every kernel keeps one
+/// split through the step. 50% asks for 114 KB, which sm_90 rounds up to
+/// its 132 KB configuration (124 KB of L1). On the H200 (BENCHMARKS.md,
+/// forty-sixth session), Llama-3.1-8B int4 decode: the tensor-core
+/// attention 493 tok/s left to the driver and 550 at 50, the warp-a-head
+/// one 541 and 548; at 100 (28 KB of L1) 504-521, at 0 383. Flash
+/// attention (prefill) keeps the driver's choice: two of its 68 KB blocks
+/// fit an SM only past 132 KB, and at 50 prefill lost 4%.
+const CARVEOUT_PERCENT: i32 = 50;
+
 /// The RoPE kernel's by-value table (`struct RopeFreqs` in kernels/rope_kv.cu):
 /// inv_freq for up to 256 pairs, i.e. head_dim ≤ 512.
 #[repr(C)]
@@ -93,9 +111,16 @@ macro_rules! kernels {
                     }
                     modules.insert(file, module);
                 }
-                Ok(Kernels {
+                let k = Kernels {
                     $($($name: modules[$file].load_function(stringify!($name))?,)*)*
-                })
+                };
+                $($(if $file != "flash_attention.cu" {
+                    k.$name.set_attribute(
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                        CARVEOUT_PERCENT,
+                    )?;
+                })*)*
+                Ok(k)
             }
 
             /// The name of the kernel `f` is (a timeline's launch notes).
@@ -132,7 +157,10 @@ kernels! {
         attn_gqa_hd64_g8_bf16kv_step, attn_gqa_hd64_g16_bf16kv_step,
         attn_gqa_hd128_g4_bf16kv_step, attn_gqa_hd128_g8_bf16kv_step,
         attn_gqa_hd256_g4_bf16kv_step, attn_gqa_hd64_g8_bf16kv_window,
-        attn_gqa_hd64_g16_bf16kv_window,
+        attn_gqa_hd64_g16_bf16kv_window, attn_gqa_hd64_g8_bf16kv_mma,
+        attn_gqa_hd64_g8_bf16kv_mma_step, attn_gqa_hd128_g4_bf16kv_mma,
+        attn_gqa_hd128_g4_bf16kv_mma_step, attn_gqa_hd128_g8_bf16kv_mma,
+        attn_gqa_hd128_g8_bf16kv_mma_step, attn_gqa_hd64_g8_bf16kv_mma_window,
     ],
     "sample.cu" => [argmax_rows, argmax_feed, score_stats, scores_above, bucket_members, score_buckets, draw_weights],
     "moe.cu" => [moe_route, moe_norm_route, moe_combine, moe_gather, moe_act_rows, moe_combine_rows],

@@ -169,6 +169,11 @@ pub struct Cuda {
     /// with no combine (unless `TURBOSPARK_CUDA_WINDOW_ATTENTION=0`; see
     /// `attention::rope_kv_attention`).
     window_attention: bool,
+    /// Whether a decode step's attention over a bf16 store takes the
+    /// tensor-core forms of the GQA kernel where one holds its shapes
+    /// (kernels/attention_mma.cuh's `GqaMma`).
+    /// `TURBOSPARK_CUDA_MMA_ATTENTION=0` keeps the warp-a-head forms.
+    mma_attention: bool,
     /// The timeline being noted (`TURBOSPARK_CUDA_TRACE`; `crate::trace`),
     /// written when the backend is dropped.
     trace: Option<trace::Trace>,
@@ -307,6 +312,8 @@ impl Cuda {
             trace,
             window_attention: std::env::var("TURBOSPARK_CUDA_WINDOW_ATTENTION")
                 .map_or(true, |v| v != "0"),
+            mma_attention: std::env::var("TURBOSPARK_CUDA_MMA_ATTENTION")
+                .map_or(true, |v| v != "0"),
         })
     }
 
@@ -357,6 +364,14 @@ impl Cuda {
     /// both ways). Set before recording a graph.
     pub fn set_stream_gemv(&mut self, on: bool) {
         self.stream_gemv = on && self.bulk_copies;
+    }
+
+    /// Whether a bf16 store's decode attention takes the tensor-core forms
+    /// where they hold the shapes (on by default unless
+    /// `TURBOSPARK_CUDA_MMA_ATTENTION=0`; tests check both against the
+    /// CPU). Set before recording a graph.
+    pub fn set_mma_attention(&mut self, on: bool) {
+        self.mma_attention = on;
     }
 
     pub fn precision(&self) -> Precision {

@@ -120,11 +120,19 @@ fn run(name: &str) {
 }
 
 /// kernels/attention.cu and attention_combine.cu: a decode step's fused
-/// kernels, every GQA form and `attn_partial`, over f32 and bf16 stores
-/// (`tests/emulate/attention.cpp`).
+/// kernels, every GQA form (the tensor-core ones included) and
+/// `attn_partial`, over f32 and bf16 stores (`tests/emulate/attention.cpp`).
 #[test]
 fn attention_kernels_match_the_host() {
     run("attention");
+}
+
+/// kernels/attention_mma.cuh: the tensor-core decode form's tile against
+/// f64 over groups, head dims, masks, softcaps and tiles a split
+/// (`tests/emulate/mma_tile.cpp`).
+#[test]
+fn tensor_core_decode_tile_matches_the_host() {
+    run("mma_tile");
 }
 
 /// kernels/gemv_grouped.cu: the MXFP4, int8 and int4 GEMVs, f32- and

@@ -1,9 +1,10 @@
 // kernels/attention.cu and attention_combine.cu run on the CPU
 // (cuda_shim.h): a decode step's fused kernels (RoPE of q and k, the
 // store's write, the split attention or the window form), every form of
-// the GQA kernel over f32 and bf16 stores, the same kernels' plain forms
-// and `attn_partial` over the written store, each merged by the real
-// `attn_combine`. Checked against the host: the stored key (rotated),
+// the GQA kernel over f32 and bf16 stores (the tensor-core ones too, one
+// warp a block), the same kernels' plain forms and `attn_partial` over the
+// written store, each merged by the real `attn_combine`. Checked against
+// the host: the stored key (rotated),
 // value and position bit for bit, and the output against an f64 softmax
 // over the same stored keys and values (sinks in the denominator,
 // softcaps, windows, rings past their capacity, empty slots). The shapes
@@ -16,6 +17,8 @@
 #include "cuda_shim.h"
 #include "rope.cuh"
 #include "kv_store.cuh"
+#include "mma.cuh"
+#include "attention_mma.cuh"
 #include "attention.cu"
 #include "attention_combine.cu"
 #include "attention_ref.h"
@@ -35,7 +38,7 @@ struct Form {
     const char* name;
     Step step;
     Plain plain;
-    u32 threads_per_head;  // 32 · P
+    u32 threads_per_head;  // 32 · P; 0: one warp a block (the tensor-core forms)
     bool window;           // the window form: one split, no combine
 };
 
@@ -87,7 +90,9 @@ static double worst_error(const Case& c, const std::vector<float>& got, const st
     return worst;
 }
 
-// f32 forms land ~1e-6 of the rms from f64; an indexing fault is O(1).
+// f32 forms land ~1e-6 of the rms from f64, the tensor-core ones a few
+// 1e-5 (their q and weights carry ~16 bits: mma_tile.cpp); an indexing
+// fault is O(1).
 static constexpr double TOL = 1e-4;
 
 // One form of one case; false if a check fails.
@@ -139,7 +144,7 @@ static bool run(const Case& c, const Form<S>& form, u32 seed) {
     st.out = out.data();
     st.sinks = sink_ptr;
     st.sinks_dt = DT_F32;
-    const u32 threads = form.threads_per_head * group;
+    const u32 threads = form.threads_per_head ? form.threads_per_head * group : 32;
     launch(c.kv_heads, splits, threads, [&] {
         form.step(part_o.data(), part_ml.data(), q.data(), gk.data(), gv.data(), gpos.data(),
                   positions, c.heads, group, c.hd, kv_dim, scale, c.softcap, (i64)c.window, 0,
@@ -199,7 +204,7 @@ static bool run(const Case& c, const Form<S>& form, u32 seed) {
                                   qr, kc.data(), vc.data(), bf16, slot_pos, sinks);
     }
     ok &= step_err <= TOL && plain_err <= TOL && partial_err <= TOL;
-    std::printf("%-46s %-4s %-32s max|do|/rms %.2e", c.what, bf16 ? "bf16" : "f32", form.name,
+    std::printf("%-46s %-4s %-36s max|do|/rms %.2e", c.what, bf16 ? "bf16" : "f32", form.name,
                 step_err);
     if (!form.window) std::printf(" (plain %.2e, attn_partial %.2e)", plain_err, partial_err);
     std::printf(" %s\n", ok ? "ok" : "FAIL");
@@ -229,6 +234,7 @@ int main() {
     Form<float>{#kernel, kernel##_step, kernel, per_head, false},                 \
         Form<u16>{#kernel "_bf16kv", kernel##_bf16kv_step, kernel##_bf16kv, per_head, false}
 #define WINDOW(kernel) Form<u16>{#kernel "_window", kernel##_window, nullptr, 32, true}
+#define MMA(kernel) Form<u16>{#kernel, kernel##_step, kernel, 0, false}
     const auto [g4, g4b] = std::pair{FORMS(attn_gqa_hd128_g4, 64)};
     const auto [g8, g8b] = std::pair{FORMS(attn_gqa_hd128_g8, 32)};
     const auto [h64, h64b] = std::pair{FORMS(attn_gqa_hd64_g8, 32)};
@@ -236,25 +242,30 @@ int main() {
     const auto [h256, h256b] = std::pair{FORMS(attn_gqa_hd256_g4, 64)};
     const auto win = WINDOW(attn_gqa_hd64_g8_bf16kv);
     const auto win16 = WINDOW(attn_gqa_hd64_g16_bf16kv);
+    // The tensor-core forms.
+    const auto g4m = MMA(attn_gqa_hd128_g4_bf16kv_mma), g8m = MMA(attn_gqa_hd128_g8_bf16kv_mma);
+    const auto h64m = MMA(attn_gqa_hd64_g8_bf16kv_mma);
+    const auto winm = Form<u16>{"attn_gqa_hd64_g8_bf16kv_mma_window",
+                                attn_gqa_hd64_g8_bf16kv_mma_window, nullptr, 0, true};
     bool ok = true;
     u32 seed = 7;
     auto each = [&](const Case& c, auto... forms) {
         ((ok &= run(c, forms, seed)), ...);
         seed++;
     };
-    each(llama, g4, g4b);
-    each(wrapped, g4, g4b);
-    each(softcap, g4, g4b);
-    each(holes, g4, g4b);
-    each(ctx2k, g4, g4b);
+    each(llama, g4, g4b, g4m);
+    each(wrapped, g4, g4b, g4m);
+    each(softcap, g4, g4b, g4m);
+    each(holes, g4, g4b, g4m);
+    each(ctx2k, g4, g4b, g4m);
     each(hd96, g4, g4b);
-    each(qwen, g8, g8b);
-    each(oss, h64, h64b);
-    each(four64, h64, h64b);
+    each(qwen, g8, g8b, g8m);
+    each(oss, h64, h64b, h64m);
+    each(four64, h64, h64b, h64m);
     each(g16, h64g16, h64g16b);
     each(hd256, h256, h256b);
-    each(oss_win, win, h64, h64b);
-    each(small_win, win, h64, h64b);
+    each(oss_win, win, winm, h64, h64b, h64m);
+    each(small_win, win, winm, h64, h64b, h64m);
     each(g16_win, win16, h64g16, h64g16b);
     std::printf(ok ? "all ok\n" : "FAILED\n");
     return ok ? 0 : 1;

@@ -385,6 +385,8 @@ extern "C" CUresult cuFuncSetAttribute(Function* f, int attribute, int v) {
         if (v < 0 || v > 227 * 1024) return INVALID_VALUE;
         f->max_dynamic_shared = v;
     }
+    // The preferred carveout: a percentage, or -1 for the driver's choice.
+    if (attribute == 9 && (v < -1 || v > 100)) return INVALID_VALUE;
     return OK;
 }
 // Every kernel here fits twice on a multiprocessor where its shared memory
