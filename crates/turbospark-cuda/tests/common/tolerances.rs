@@ -10,7 +10,7 @@
 //!   rows (both round to nearest even: the same bf16 values): its
 //!   tensor-core decode forms carry 16 bits of q and of each softmax
 //!   weight (hi + lo bf16 parts), a few 1e-5 of the rms at most
-//!   (tools/gpu/emulate measured ≤ 2.8e-5 against f64);
+//!   (tests/emulate/mma_tile.cpp: ≤ 2.2e-5 of the rms against f64);
 //! - keys each backend rotated itself, then stored in bf16: 2e-2. The two
 //!   rotations differ in the last f32 bits, and where that straddles a
 //!   bf16 rounding boundary the stored keys differ by one bf16 ulp (2⁻⁸ of
