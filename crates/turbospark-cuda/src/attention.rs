@@ -65,26 +65,16 @@ struct Gqa<'a> {
     tile: usize,
     /// Warps a query head; 0 for the tensor-core forms (one warp a block).
     warps: usize,
-    /// Whether the window form is the tensor-core one (else one warp a head).
-    window_mma: bool,
 }
 
 impl Gqa<'_> {
-    /// Threads of a block of the plain and step forms serving `group`
-    /// query heads.
+    /// Threads of a block serving `group` query heads (the window form's
+    /// too: it exists only beside split forms of its own kind, one warp a
+    /// head or the tensor-core one warp a block).
     fn threads(&self, group: usize) -> u32 {
         match self.warps {
             0 => 32,
             w => (32 * group * w) as u32,
-        }
-    }
-
-    /// Threads of a block of the window form.
-    fn window_threads(&self, group: usize) -> u32 {
-        if self.window_mma {
-            32
-        } else {
-            32 * group as u32
         }
     }
 }
@@ -202,7 +192,6 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             window,
             tile: (4096 / hd).min(32),
             warps,
-            window_mma: false,
         })?;
     // The tensor-core forms (head_dim exactly theirs, a bf16 store): the
     // same tiles, one warp a block.
@@ -238,7 +227,6 @@ fn gqa_kernel(be: &Cuda, head_dim: usize, group: usize, dtype: KvDtype) -> Optio
             step,
             warps: 0,
             window: gqa.window.and(window),
-            window_mma: gqa.window.is_some() && window.is_some(),
             ..gqa
         },
         None => gqa,
@@ -712,7 +700,7 @@ fn window_form<'a>(be: &'a Cuda, kv: &CudaKv, p: &AttnParams) -> Option<(&'a Cud
     let group = p.num_heads / p.num_kv_heads;
     let k = gqa_kernel(be, p.head_dim, group, kv.spec.dtype)?;
     let f = k.window?;
-    (window.min(kv.spec.capacity) <= WINDOW_TILES * k.tile).then_some((f, k.window_threads(group)))
+    (window.min(kv.spec.capacity) <= WINDOW_TILES * k.tile).then_some((f, k.threads(group)))
 }
 
 #[cfg(test)]
