@@ -18,10 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -p turbospark --features cuda
-# TESTS picks the test binaries (default: all eight). The device tool
+# TESTS picks the test binaries (default: all nine). The device tool
 # carries at most 64 MiB with the ~47 MB tree: each extra CLI is ~4.5 MB
 # gzipped, so with PATCHES keep TESTS to those the call runs.
-tests=${TESTS:-parity parity_kv parity_linear parity_moe sampling fixtures_on_gpu flash_attention memory}
+tests=${TESTS:-parity parity_kv parity_step parity_linear parity_moe sampling fixtures_on_gpu flash_attention memory}
 # The tree's CUDA test binaries, built, copied as .device/TEST$1 (`--no-run`
 # prints each one's path: "Executable ... (path)").
 copy_tests() {

@@ -10,7 +10,7 @@
 # decodes.
 . "$(dirname "$0")/common.sh"
 D=.device
-for t in parity parity_kv parity_linear parity_moe sampling flash_attention fixtures_on_gpu memory; do
+for t in parity parity_kv parity_step parity_linear parity_moe sampling flash_attention fixtures_on_gpu memory; do
     echo "=== $t"
     timeout 300 "$D/$t" 2>&1 | grep -v "^$" | tail -40
 done > "$OUT/tests.txt" 2>&1
@@ -53,7 +53,7 @@ done > "$OUT/prefill_kernels.txt" 2>&1
 
 if [ "${SANITIZE:-0}" = 1 ]; then
     # shellcheck disable=SC2086 # PARITY_FILTER is a list of test-name filters
-    { for t in parity parity_kv parity_linear parity_moe sampling; do
+    { for t in parity parity_kv parity_step parity_linear parity_moe sampling; do
           timeout 600 compute-sanitizer --tool memcheck "$D/$t" --test-threads=1 ${PARITY_FILTER:-} 2>&1 | tail -4
       done
       for p in "gpt-oss-20b" "llama-3.1-8b --quant int4"; do

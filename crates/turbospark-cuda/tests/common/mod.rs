@@ -5,6 +5,7 @@
 
 mod cxx;
 mod emulated_gpu;
+pub mod kv;
 mod tolerances;
 // Not every binary checks against every bound.
 #[allow(unused_imports)]
