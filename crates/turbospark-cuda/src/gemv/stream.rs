@@ -90,15 +90,20 @@ fn stream_shared(be: &Cuda, w: &WeightData, t: &GemvSegs, j: &GemvJob, rows: u32
 /// rows, 2 of its 14,336-value ones.
 const QX_STREAM_TILE: u32 = 36 * 1024;
 /// The most dynamic shared memory a streamed int8 GEMV block takes (less
-/// where the GPU allows less: `Cuda::qx_stream_shared`): a ring of five or
-/// six stages, not the three of [`STREAM_MAX_SHARED`]. Its launches come
-/// one after another (q/k/v, o, gate/up, down), and two blocks of 113 KB
-/// were what let the next one's block start beside this one; the deeper
-/// ring gives that up and still gains, since its copies are what a launch
-/// waits for (left without their sums, the streamed gate/up took 35.6 µs
-/// of its 37.9). H200, Llama-8B int8, alternating processes: 290.6, 289.8
-/// tok/s at 113 KB against 297.3, 296.3 at 200 KB (160 KB: 296.0).
-pub(crate) const QX_STREAM_MAX_SHARED: u32 = 200 * 1024;
+/// where the GPU allows less: `Cuda::qx_stream_shared`): a ring of four
+/// stages, not the three of [`STREAM_MAX_SHARED`], within the 164 KB
+/// L1/shared split that every decode kernel asks for
+/// (`kernels::CARVEOUT_PERCENT`; with static memory and the 1 KB a block
+/// reserves, 161 KB). Its copies are what its launches wait for (left
+/// without their sums, the streamed gate/up took 35.6 µs of its 37.9), so
+/// deeper is faster while the split holds it: H200, Llama-8B int8,
+/// alternated, the driver choosing each kernel's split: 290.6, 289.8 tok/s
+/// at 113 KB, 296.0 at 160 KB, 297.3, 296.3 at 200 KB (five and six
+/// stages). Under one split a ring past it brings the split switches back:
+/// H100, forty-seventh session, at 60%: 299.0-299.3 at 200 KB, 300.7-300.9
+/// at 158 KB (and at 50%, 132 KB, 297.2-297.7 with a 126 KB ring of three
+/// stages against 298.5-299.3 at 200 KB).
+pub(crate) const QX_STREAM_MAX_SHARED: u32 = 158 * 1024;
 /// `GS_MAX_STAGES` in kernels/stream.cuh.
 const STREAM_MAX_STAGES: u32 = 16;
 
@@ -224,12 +229,12 @@ pub(super) fn launch(
 mod tests {
     use super::*;
 
-    /// Llama-8B's int8 launches on an H200 (132 SMs) at the cap the H200
-    /// gives (200 KB): 8 rows of 4,096 values a stage (34 KB) five deep,
-    /// 2 of 14,336 (30 KB) six deep; the 113 KB cap of the bf16 ring would
-    /// give three of each.
+    /// Llama-8B's int8 launches on an H200 (132 SMs) at the int8 cap
+    /// (158 KB): 8 rows of 4,096 values a stage (34 KB) four deep, 2 of
+    /// 14,336 (30 KB) four deep; the 113 KB cap of the bf16 ring would give
+    /// three of each.
     #[test]
-    fn the_int8_ring_takes_five_or_six_stages_of_whole_rows() {
+    fn the_int8_ring_takes_four_stages_of_whole_rows() {
         let cap = QX_STREAM_MAX_SHARED;
         let ring = |k, rows, glu| {
             let q = qx_ring(k, rows, 132, glu, cap).unwrap();
@@ -237,10 +242,10 @@ mod tests {
             (q.rows, q.stages)
         };
         assert_eq!(qx_row_bytes(4096), 4352);
-        assert_eq!(ring(4096, 6144, false), (8, 5)); // q/k/v
-        assert_eq!(ring(4096, 4096, false), (8, 5)); // o
-        assert_eq!(ring(4096, 28_672, true), (8, 5)); // gate/up pairs
-        assert_eq!(ring(14_336, 4096, false), (2, 6)); // down
+        assert_eq!(ring(4096, 6144, false), (8, 4)); // q/k/v
+        assert_eq!(ring(4096, 4096, false), (8, 4)); // o
+        assert_eq!(ring(4096, 28_672, true), (8, 4)); // gate/up pairs
+        assert_eq!(ring(14_336, 4096, false), (2, 4)); // down
         let at_113 = |k, rows| {
             qx_ring(k, rows, 132, false, STREAM_MAX_SHARED)
                 .unwrap()
