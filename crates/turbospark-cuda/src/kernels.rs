@@ -39,11 +39,11 @@ pub const BLOCK: u32 = 256;
 /// 504-521, at 0 383. At 60 rather than 50, a streamed bf16 GEMV's 113 KB
 /// block leaves room for the next launch's blocks beside it, and the int8
 /// ring fits with four stages: on an H100 (forty-seventh session) bf16
-/// +0.8%, int8 +0.7% (with the 158 KB cap; a 126 KB ring at 50, three
+/// +0.8%, int8 +0.6% (with the 158 KB cap; a 126 KB ring at 50, three
 /// stages, lost 0.4%), int4 and gpt-oss-20b level. Flash attention
 /// (prefill) keeps the driver's choice: at 50 prefill lost 4% (two of its
 /// 68 KB blocks fit an SM only past 132 KB), and it was not measured at 60.
-const CARVEOUT_PERCENT: i32 = 60;
+pub(crate) const CARVEOUT_PERCENT: i32 = 60;
 
 /// The RoPE kernel's by-value table (`struct RopeFreqs` in kernels/rope_kv.cu):
 /// inv_freq for up to 256 pairs, i.e. head_dim ≤ 512.

@@ -37,8 +37,10 @@ const STREAM_MAX_BYTES: u64 = 512 << 20;
 /// The most dynamic shared memory a streamed bf16/f16 GEMV block takes
 /// (set on its kernels when they load; the int8 one has
 /// [`QX_STREAM_MAX_SHARED`]): a ring, x and the row sums, with room for the
-/// next kernel's block beside it on the SM (228 KB, 1 KB of it reserved
-/// a block).
+/// next kernel's block beside it on the SM (sized for 228 KB, 1 KB of it
+/// reserved a block; the 164 KB split of `kernels::CARVEOUT_PERCENT`
+/// leaves ~50 KB beside it, where the 132 KB one left less than one
+/// tensor-core attention block's ~20).
 pub(crate) const STREAM_MAX_SHARED: u32 = 113 * 1024;
 
 /// What both streamed kernels need of a launch: streaming on, one row of x
@@ -258,5 +260,29 @@ mod tests {
         assert_eq!(ring(4096, 2000, false), (8, 3));
         // Nothing fits under x and the sums.
         assert!(qx_ring(4096, 6144, 132, false, 20 * 1024).is_none());
+    }
+
+    /// Both rings' caps, with the 2 KB of static shared memory a streamed
+    /// kernel may have (`Cuda::new`) and the 1 KB an SM reserves a block,
+    /// fit the L1/shared split that `kernels::CARVEOUT_PERCENT` asks for on
+    /// sm_90 (the driver takes the first of its configurations at or past
+    /// that share of 228 KB): a block past the split would make its SM
+    /// switch splits around the launch, the switches the one preference is
+    /// there to remove.
+    #[test]
+    fn the_rings_fit_the_preferred_split() {
+        const SM90_SPLITS_KB: [u32; 10] = [0, 8, 16, 32, 64, 100, 132, 164, 196, 228];
+        let asked = 228 * 1024 * crate::kernels::CARVEOUT_PERCENT as u32 / 100;
+        let split = SM90_SPLITS_KB
+            .iter()
+            .map(|kb| kb * 1024)
+            .find(|&s| s >= asked)
+            .unwrap();
+        for cap in [QX_STREAM_MAX_SHARED, STREAM_MAX_SHARED] {
+            assert!(
+                cap + 2048 + 1024 <= split,
+                "{cap} B past the {split} B split"
+            );
+        }
     }
 }

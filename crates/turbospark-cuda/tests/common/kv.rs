@@ -23,6 +23,7 @@ pub fn rope_table(head_dim: usize, pairs: usize, factor: f32) -> RopeTable {
     }
 }
 
+/// Each value's bits, for comparisons that must be exact (NaN and -0 too).
 pub fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
