@@ -34,7 +34,10 @@ copy_tests() {
 rm -rf .device
 mkdir -p .device
 cp target/release/turbospark .device/
-copy_tests ""
+# BASE_TESTS=0 leaves this tree's own test binaries out (with PATCH_TESTS,
+# when the call tests only the patched ones: room for another CLI).
+base_tests=""
+[ "${BASE_TESTS:-1}" = 1 ] && { copy_tests ""; base_tests=$tests; }
 patched_tests=""
 for patch in ${PATCHES:-}; do
     name=$(basename "$patch" .patch)
@@ -62,7 +65,9 @@ if [ -n "${OLD_REV:-}" ]; then
     cp target/old-target/release/turbospark .device/turbospark_old
     git worktree remove --force "$wt"
 fi
-for b in .device/turbospark* $(printf ".device/%s " $tests $patched_tests); do
+bins=$(ls .device/turbospark*)
+for t in $base_tests $patched_tests; do bins="$bins .device/$t"; done
+for b in $bins; do
     strip "$b"
     gzip -9 "$b"
 done

@@ -12,6 +12,14 @@ for f in .device/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 chmod +x .device/turbospark* 2>/dev/null
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
+# ONLY_ON=H200: a script run where nvidia-smi names another GPU stops here,
+# having written the name to $OUT/gpu.txt (a call owed to one GPU kind
+# then costs only the machine's start where another kind came).
+nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+if [ -n "${ONLY_ON:-}" ] && ! grep -q "$ONLY_ON" "$OUT/gpu.txt"; then
+    echo "not on $ONLY_ON ($(head -1 "$OUT/gpu.txt")): nothing run"
+    exit 0
+fi
 export TURBOSPARK_FIXTURES=$PWD/tests/fixtures TURBOSPARK_CACHE=${TURBOSPARK_CACHE:-/tmp/tscache}
 
 # bench_line LABEL PRESET JSON: one line of a `bench --json` run (decode,
