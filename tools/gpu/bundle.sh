@@ -65,9 +65,9 @@ if [ -n "${OLD_REV:-}" ]; then
     cp target/old-target/release/turbospark .device/turbospark_old
     git worktree remove --force "$wt"
 fi
-bins=$(ls .device/turbospark*)
-for t in $base_tests $patched_tests; do bins="$bins .device/$t"; done
-for b in $bins; do
+bins=(.device/turbospark*)
+for t in $base_tests $patched_tests; do bins+=(".device/$t"); done
+for b in "${bins[@]}"; do
     strip "$b"
     gzip -9 "$b"
 done

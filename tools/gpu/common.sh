@@ -1,7 +1,9 @@
 # Sourced by the scripts of this folder on the GPU machine (from .device/,
 # where bundle.sh copies it): the repository root as the working folder,
-# the binaries unpacked, $OUT made (default ./gpu-results), the cubin
-# cache and the fixtures found, and `bench_line`. Defines nothing else.
+# the binaries unpacked, $OUT made (default ./gpu-results) with the GPU's
+# name in $OUT/gpu.txt (and, with ONLY_ON, the script stopped on another
+# GPU), the cubin cache and the fixtures found, and `bench_line`. Defines
+# nothing else.
 set -uo pipefail
 # Its own path, not $0: sourced from the command line, $0 is `bash`, and
 # the scripts then ran one folder too high (it cost two calls once).
