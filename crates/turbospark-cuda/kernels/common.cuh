@@ -189,8 +189,13 @@ __device__ __forceinline__ void ts_phase(u32 k) {
 }
 
 #define TS_PHASE(k) ts_phase(k)
+// The block's end: phase k once every warp of the block has passed it
+// (a barrier only a traced build has). Phases before it are warp 0's:
+// the gap says how far the block's other warps run behind warp 0.
+#define TS_BLOCK_END(k) (__syncthreads(), ts_phase(k))
 #else
 #define TS_PHASE(k) ((void)0)
+#define TS_BLOCK_END(k) ((void)0)
 #endif
 
 // Programmatic dependent launch: waits for the previous kernel to finish

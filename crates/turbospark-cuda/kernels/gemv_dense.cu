@@ -310,6 +310,7 @@ __device__ __forceinline__ void gemv_dense(const GemvSegs& sg, const float* x, i
         if (wpr > 1 || sg.glu) __syncthreads();  // the next turn rewrites gemv_store's exchange
         TS_PHASE(3);  // this turn stored (warp 0's)
     }
+    TS_BLOCK_END(9);  // every warp's turns stored
 }
 
 GEMV_KERNELS(gemv_f32, gemv_dense, DT_F32, 4)

@@ -458,6 +458,7 @@ __device__ __forceinline__ void gemv_grouped_qx(const GemvSegs& sg, const float*
         team_sync(wpr);  // the next turn rewrites the team's exchanges
         TS_PHASE(3);  // this turn stored
     }
+    TS_BLOCK_END(9);  // every warp's turns stored
 }
 
 #define GEMV_QX_KERNEL(name, F, minb)                                                            \
