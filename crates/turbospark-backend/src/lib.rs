@@ -13,7 +13,7 @@ pub mod quant;
 pub mod scores;
 
 pub use mxfp4::mxfp4_shape;
-pub use quant::{QUANT_GROUP, Quant};
+pub use quant::{QUANT_GROUP, Quant, SCALE_GROUPS};
 pub use scores::ScoreStats;
 
 use turbospark_format::{Activation, AttnSpan, DType, ExpertAct, FormatError, HostTensor, Routing};
@@ -270,8 +270,10 @@ pub trait Backend: Send + Sync {
         scales: &HostTensor<'_>,
     ) -> Result<Self::Weight>;
     /// Makes a quantized weight from a 2-D checkpoint matrix whose rows are
-    /// a multiple of [`QUANT_GROUP`] wide.
-    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<Self::Weight>;
+    /// a multiple of [`QUANT_GROUP`] wide, one scale a `group` values (one
+    /// of [`SCALE_GROUPS`]; rows it does not divide take the largest one
+    /// that does: `quant::scale_group_for`).
+    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant, group: usize) -> Result<Self::Weight>;
     /// A weight from f32 values (tables computed at load).
     fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<Self::Weight>;
     /// Bytes the weight occupies on the device.

@@ -15,23 +15,30 @@ fn main() {
         .map_or(131_072, |v| v.parse().expect("ROWS"));
     let k: usize = std::env::args()
         .nth(2)
-        .map_or(2048, |v| v.parse().expect("COLS, a multiple of 64"));
+        .map_or(2048, |v| v.parse().expect("COLS, a multiple of 128"));
     // Any values will do: speed does not depend on them.
     let values: Vec<f32> = (0..m * k)
         .map(|i| ((i.wrapping_mul(2_654_435_761) % 1000) as f32 - 500.0) / 500.0)
         .collect();
     let shape = vec![m, k];
     let mut weights = Vec::new();
-    for q in [Quant::Int8, Quant::Int4] {
-        let (codes, scales) = quantize(&values, q).expect("finite values");
+    // --quant-group's default (32) and 128 (COLS a multiple of 128).
+    for (q, group) in [
+        (Quant::Int8, 32),
+        (Quant::Int4, 32),
+        (Quant::Int8, 128),
+        (Quant::Int4, 128),
+    ] {
+        let (codes, scales) = quantize(&values, q, group).expect("finite values");
         let data = WeightData::Quantized {
             quant: q,
             codes,
             scales,
+            group,
             int_x: true,
         };
         weights.push((
-            format!("{q:?}"),
+            format!("{q:?}/{group}"),
             CpuWeight {
                 data,
                 shape: shape.clone(),

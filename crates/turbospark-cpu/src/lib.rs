@@ -69,8 +69,8 @@ impl Backend for Cpu {
         CpuWeight::from_mxfp4(blocks, scales)
     }
 
-    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<CpuWeight> {
-        CpuWeight::quantized(t, q)
+    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant, group: usize) -> Result<CpuWeight> {
+        CpuWeight::quantized(t, q, group)
     }
 
     fn upload_f32(&self, values: &[f32], shape: &[usize]) -> Result<CpuWeight> {

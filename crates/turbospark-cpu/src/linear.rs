@@ -270,12 +270,13 @@ mod tests {
             .map(|i| ((i * 11 % 17) as f32 - 2.0) / 7.0)
             .collect();
         for q in [Quant::Int8, Quant::Int4] {
-            let (codes, scales) = quantize(&wv, q).unwrap();
+            let (codes, scales) = quantize(&wv, q, 32).unwrap();
             let w = CpuWeight {
                 data: WeightData::Quantized {
                     quant: q,
                     codes,
                     scales,
+                    group: 32,
                     int_x: true,
                 },
                 shape: vec![m, k],
@@ -290,6 +291,7 @@ mod tests {
                     quant: q,
                     codes: codes.clone(),
                     scales: scales.clone(),
+                    group: 32,
                     int_x: true,
                 },
                 shape: vec![m, k],

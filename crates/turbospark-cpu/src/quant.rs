@@ -1,6 +1,7 @@
 //! Weight-only int8 and int4 on the CPU: widening (for the prefill GEMMs)
 //! and the decode dot products over the format `turbospark_backend::quant`
-//! defines (one f16 scale per 32 values of a row).
+//! defines (codes in groups of 32 values, one f16 scale per scale group of
+//! 32-256 values: code group g reads scale `g >> shift`).
 //!
 //! A decode dot product multiplies integer codes by integer codes, as
 //! llama.cpp's Q8_0/Q4_0 and this project's GPU integer-activation GEMVs
@@ -16,13 +17,14 @@
 
 use half::f16;
 #[cfg(test)]
-use turbospark_backend::quant::quantize;
+use turbospark_backend::quant::{SCALE_GROUPS, quantize, scale_shift};
 use turbospark_backend::{QUANT_GROUP, Quant};
 
-/// Widens groups starting at group `g0` into `out` (a multiple of 32 long).
-pub fn dequantize(codes: &[u8], scales: &[f16], q: Quant, g0: usize, out: &mut [f32]) {
+/// Widens code groups starting at group `g0` into `out` (a multiple of 32
+/// long); code group g's scale is `scales[g >> shift]`.
+pub fn dequantize(codes: &[u8], scales: &[f16], q: Quant, shift: u32, g0: usize, out: &mut [f32]) {
     for (g, o) in out.chunks_exact_mut(QUANT_GROUP).enumerate() {
-        let s = scales[g0 + g].to_f32();
+        let s = scales[(g0 + g) >> shift].to_f32();
         match q {
             Quant::Int8 => {
                 let c = &codes[(g0 + g) * 32..(g0 + g + 1) * 32];
@@ -141,25 +143,28 @@ impl RoundedX {
 }
 
 /// Σ x·w over one quantized row, with x rounded by [`RoundedX::new`] for
-/// this row's format (`x.steps.len() == scales.len()`).
-pub fn dot(x: &RoundedX, codes: &[u8], scales: &[f16]) -> f32 {
+/// this row's format, code group g scaled by `scales[g >> shift]`
+/// (`x.steps.len() == scales.len() << shift`).
+pub fn dot(x: &RoundedX, codes: &[u8], scales: &[f16], shift: u32) -> f32 {
+    debug_assert_eq!(x.steps.len(), scales.len() << shift);
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c")
     {
         // SAFETY: features checked; lengths follow from the row layout.
-        return unsafe { x86::dot(x, codes, scales) };
+        return unsafe { x86::dot(x, codes, scales, shift) };
     }
-    dot_portable(x, codes, scales)
+    dot_portable(x, codes, scales, shift)
 }
 
 /// The same integer group sums as the SIMD kernels, scaled and summed in
 /// group order (the kernels sum in lanes: results differ by float rounding
 /// only).
-fn dot_portable(x: &RoundedX, codes: &[u8], scales: &[f16]) -> f32 {
+fn dot_portable(x: &RoundedX, codes: &[u8], scales: &[f16], shift: u32) -> f32 {
     let mut total = 0.0f32;
-    for (g, s) in scales.iter().enumerate() {
+    for g in 0..x.steps.len() {
+        let s = scales[g >> shift];
         let xc = |i| i32::from(x.codes[RoundedX::slot(x.quant, g, i)]);
         let sum: i32 = match x.quant {
             Quant::Int8 => codes[g * 32..(g + 1) * 32]
@@ -207,8 +212,8 @@ mod x86 {
     ///   the first group's, 4-7 the second's. The codes are stored as
     ///   value + 8, so 8 · Σ x codes · scale comes off at the end.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot(x: &RoundedX, codes: &[u8], scales: &[f16]) -> f32 {
-        let groups = scales.len();
+    pub unsafe fn dot(x: &RoundedX, codes: &[u8], scales: &[f16], shift: u32) -> f32 {
+        let groups = x.steps.len();
         let mut acc = [_mm256_setzero_ps(); 2];
         let mut offset = _mm256_setzero_ps();
         let mut combined = [0.0f32; BATCH];
@@ -224,13 +229,13 @@ mod x86 {
                     BATCH * group_bytes,
                 );
                 let cs = if n == BATCH {
-                    let w = _mm256_cvtph_ps(_mm_loadu_si128(scales.as_ptr().add(g0).cast()));
+                    let w = batch_scales(scales, g0, shift);
                     _mm256_mul_ps(w, _mm256_loadu_ps(x.steps.as_ptr().add(g0)))
                 } else {
                     // Past the row: scale 0, so nothing is added.
                     for (i, c) in combined.iter_mut().enumerate() {
                         *c = if i < n {
-                            scales[g0 + i].to_f32() * x.steps[g0 + i]
+                            scales[(g0 + i) >> shift].to_f32() * x.steps[g0 + i]
                         } else {
                             0.0
                         };
@@ -291,6 +296,35 @@ mod x86 {
                 Quant::Int8 => total,
                 Quant::Int4 => total - 8.0 * hsum(offset),
             }
+        }
+    }
+
+    /// The weight scales of a whole batch (code groups g0 .. g0 + 8, g0 a
+    /// multiple of 8) as f32 lanes, one F16C conversion: eight scales, or
+    /// with larger scale groups the batch's 8 >> shift, each spread over
+    /// its 1 << shift lanes (copied out first: a load of eight could pass
+    /// the row's last scale).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn batch_scales(scales: &[f16], g0: usize, shift: u32) -> __m256 {
+        unsafe {
+            if shift == 0 {
+                return _mm256_cvtph_ps(_mm_loadu_si128(scales.as_ptr().add(g0).cast()));
+            }
+            let mut bits = [0u16; BATCH];
+            let first = g0 >> shift;
+            for (b, s) in bits
+                .iter_mut()
+                .zip(&scales[first..first + (BATCH >> shift)])
+            {
+                *b = s.to_bits();
+            }
+            let w = _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()));
+            let lanes = _mm256_srlv_epi32(
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                _mm256_set1_epi32(shift as i32),
+            );
+            _mm256_permutevar8x32_ps(w, lanes)
         }
     }
 
@@ -385,20 +419,25 @@ mod tests {
             .collect()
     }
 
+    /// Every scale group: each value comes back within half its scale
+    /// group's step (a code group reading another group's scale does not).
     #[test]
     fn weights_round_trip_within_half_a_step() {
-        let w = values(96, 37, 41, 13.0);
-        for q in [Quant::Int8, Quant::Int4] {
-            let (codes, scales) = quantize(&w, q).unwrap();
-            let mut back = vec![0.0; 96];
-            dequantize(&codes, &scales, q, 0, &mut back);
-            for (g, (a, b)) in w.chunks(32).zip(back.chunks(32)).enumerate() {
-                for (x, y) in a.iter().zip(b) {
-                    assert!(
-                        (x - y).abs() <= scales[g].to_f32() * 0.5 + 1e-6,
-                        "{q:?}: {x} vs {y}"
-                    );
-                }
+        let mut w = values(512, 37, 41, 13.0);
+        // Scale groups of very different sizes.
+        w.iter_mut().skip(256).for_each(|v| *v *= 40.0);
+        for (q, group) in SCALE_GROUPS
+            .into_iter()
+            .flat_map(|g| [(Quant::Int8, g), (Quant::Int4, g)])
+        {
+            let (codes, scales) = quantize(&w, q, group).unwrap();
+            let mut back = vec![0.0; 512];
+            dequantize(&codes, &scales, q, scale_shift(group), 0, &mut back);
+            for (i, (x, y)) in w.iter().zip(&back).enumerate() {
+                assert!(
+                    (x - y).abs() <= scales[i / group].to_f32() * 0.5 + 1e-6,
+                    "{q:?} {group}: {x} vs {y}"
+                );
             }
         }
     }
@@ -440,20 +479,26 @@ mod tests {
 
     /// The integer dot products equal the exact sum of the dequantized
     /// weights times the dequantized x (both kernels, odd group counts that
-    /// leave partial scale batches and an odd last group), and stay within
-    /// x's rounding error of the f32 product.
+    /// leave partial scale batches and an odd last group, every scale group
+    /// that divides the row), and stay within x's rounding error of the f32
+    /// product.
     #[test]
     fn integer_dots_equal_the_dequantized_products() {
-        for groups in [1, 3, 6, 8, 9, 14, 17] {
+        for groups in [1, 3, 4, 6, 8, 9, 12, 14, 17, 20, 24] {
             let k = groups * 32;
             let w = values(k, 37, 41, 13.0);
             let mut x = values(k, 11, 19, 5.0);
             // A group of small values next to one of large ones.
             x.iter_mut().take(32).for_each(|v| *v *= 1e-3);
-            for q in [Quant::Int8, Quant::Int4] {
-                let (codes, scales) = quantize(&w, q).unwrap();
+            let scale_groups = SCALE_GROUPS.into_iter().filter(|g| k.is_multiple_of(*g));
+            for (q, group) in scale_groups.flat_map(|g| [(Quant::Int8, g), (Quant::Int4, g)]) {
+                let shift = scale_shift(group);
+                let (codes, scales) = quantize(&w, q, group).unwrap();
                 let mut wd = vec![0.0; k];
-                dequantize(&codes, &scales, q, 0, &mut wd);
+                dequantize(&codes, &scales, q, shift, 0, &mut wd);
+                // Each value is its code times its scale group's scale.
+                let step = scales[(k - 1) / group].to_f32();
+                assert!((wd[k - 1] / step).fract() == 0.0, "{q:?} {group}");
                 let r = RoundedX::new(&x, q);
                 let mut exact = 0.0f64;
                 for (i, &wv) in wd.iter().enumerate() {
@@ -467,12 +512,12 @@ mod tests {
                     .map(|(a, b)| f64::from((a * b).abs()))
                     .sum();
                 for (how, got) in [
-                    ("simd", dot(&r, &codes, &scales)),
-                    ("portable", dot_portable(&r, &codes, &scales)),
+                    ("simd", dot(&r, &codes, &scales, shift)),
+                    ("portable", dot_portable(&r, &codes, &scales, shift)),
                 ] {
                     assert!(
                         (f64::from(got) - exact).abs() <= 1e-6 * scale,
-                        "{q:?} {how} groups={groups}: {got} vs {exact}"
+                        "{q:?} {how} groups={groups} scale group {group}: {got} vs {exact}"
                     );
                 }
                 let f32_dot: f64 = wd.iter().zip(&x).map(|(a, b)| f64::from(a * b)).sum();

@@ -6,6 +6,7 @@
 //! Arithmetic is f32, except the integer group sums of int8/int4/MXFP4
 //! decode (`quant.rs`, `mxfp4.rs`).
 
+use turbospark_backend::quant::scale_shift;
 use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
 use turbospark_format::{DType, HostTensor};
 
@@ -29,11 +30,13 @@ pub enum WeightData {
         /// multiplies f32 x ([`CpuWeight::with_f32_x`]).
         int_x: bool,
     },
-    /// int8/int4 codes with one f16 scale per 32 values (`quant.rs`).
+    /// int8/int4 codes with one f16 scale per `group` values (`quant.rs`).
     Quantized {
         quant: Quant,
         codes: Vec<u8>,
         scales: Vec<half::f16>,
+        /// Values a scale: 32 (`--quant-group`'s default) to 256.
+        group: usize,
         /// Decode's dot products multiply x rounded to int8 codes
         /// (`quant::RoundedX`), as llama.cpp's Q8_0/Q4_0 and the GPU's
         /// decode GEMVs do; `false` multiplies f32 x by the widened
@@ -82,13 +85,14 @@ impl CpuWeight {
         })
     }
 
-    pub fn quantized(t: &HostTensor<'_>, quant: Quant) -> Result<Self> {
-        let (codes, scales) = turbospark_backend::quant::quantize_weight(t, quant)?;
+    pub fn quantized(t: &HostTensor<'_>, quant: Quant, group: usize) -> Result<Self> {
+        let q = turbospark_backend::quant::quantize_weight(t, quant, group)?;
         Ok(CpuWeight {
             data: WeightData::Quantized {
                 quant,
-                codes,
-                scales,
+                codes: q.codes,
+                scales: q.scales,
+                group: q.group,
                 int_x: true,
             },
             shape: t.shape.to_vec(),
@@ -157,13 +161,15 @@ impl CpuWeight {
                 quant,
                 codes,
                 scales,
+                group,
                 ..
             } => {
                 assert!(
                     start.is_multiple_of(QUANT_GROUP),
                     "quantized reads whole groups"
                 );
-                crate::quant::dequantize(codes, scales, *quant, start / QUANT_GROUP, out);
+                let shift = scale_shift(*group);
+                crate::quant::dequantize(codes, scales, *quant, shift, start / QUANT_GROUP, out);
             }
         }
     }
@@ -226,26 +232,27 @@ impl CpuWeight {
                 quant,
                 codes,
                 scales,
+                group,
                 ..
             } => {
-                let groups = k / QUANT_GROUP;
                 let per_row = match quant {
                     Quant::Int8 => k,
                     Quant::Int4 => k / 2,
                 };
+                let (row_scales, shift) = (k / group, scale_shift(*group));
                 let (codes, scales) = (
                     &codes[r * per_row..(r + 1) * per_row],
-                    &scales[r * groups..(r + 1) * groups],
+                    &scales[r * row_scales..(r + 1) * row_scales],
                 );
                 match &x.rounded {
                     // The codes' layout follows the format it was rounded for.
                     Rounded::Int8(rx) if rx.quant() == *quant => {
-                        crate::quant::dot(rx, codes, scales)
+                        crate::quant::dot(rx, codes, scales, shift)
                     }
                     _ => ROW.with(|row| {
                         let mut row = row.borrow_mut();
                         row.resize(k, 0.0);
-                        crate::quant::dequantize(codes, scales, *quant, 0, &mut row);
+                        crate::quant::dequantize(codes, scales, *quant, shift, 0, &mut row);
                         crate::simd::dot_f32(x.x, &row)
                     }),
                 }
@@ -314,7 +321,7 @@ mod tests {
             bytes: &bytes,
             map: None,
         };
-        let e = CpuWeight::quantized(&t, Quant::Int8)
+        let e = CpuWeight::quantized(&t, Quant::Int8, 32)
             .err()
             .expect("an error")
             .to_string();
@@ -324,11 +331,17 @@ mod tests {
         );
         values[40] = 2.0;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let w = CpuWeight::quantized(&HostTensor { bytes: &bytes, ..t }, Quant::Int4).unwrap();
+        let w = CpuWeight::quantized(&HostTensor { bytes: &bytes, ..t }, Quant::Int4, 32).unwrap();
         assert_eq!(
             w.bytes(),
             32 + 2 * 2,
             "int4: 16 code bytes and one f16 a group"
+        );
+        let w = CpuWeight::quantized(&HostTensor { bytes: &bytes, ..t }, Quant::Int8, 128).unwrap();
+        assert_eq!(
+            w.bytes(),
+            64 + 2 * 2,
+            "rows of 32 values keep 32-value groups"
         );
     }
 

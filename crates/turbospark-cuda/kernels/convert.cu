@@ -88,12 +88,13 @@ extern "C" __global__ void mxfp4_to_bf16(u16* out, const u8* blocks, const u8* s
 // Int8 / int4 (kind 0 / 1) -> bf16: code · scale in f32 (the CPU's
 // dequantised value), then rounded to nearest even. A group is 32 bytes of
 // codes (int8: chunk c's are the 8 bytes of doubleword c) or 16 (int4, low
-// nibble first, value + 8: the 4 bytes of word c).
+// nibble first, value + 8: the 4 bytes of word c); group g's scale is
+// scale g >> shift.
 extern "C" __global__ void dequant_bf16(u16* out, const u8* codes, const u16* scales,
-                                        u64 groups, int kind) {
+                                        u64 groups, int kind, u32 shift) {
     pdl_enter();
     FOR_EACH(c, groups * 4) {
-        const float s = f16_to_f32(scales[c >> 2]);  // f16 scales, widened exactly
+        const float s = f16_to_f32(scales[(c >> 2) >> shift]);  // f16 scales, widened exactly
         float v[8];
         if (kind == 0) {
             const uint2 u = ((const uint2*)codes)[c];

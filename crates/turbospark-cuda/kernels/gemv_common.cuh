@@ -65,6 +65,9 @@ struct GemvSegs {
     // Nonzero where the experts array was final before the launch before
     // this one (gemv_grouped_qx may read it before its PDL wait).
     u32 experts_settled;
+    // The --quant formats' scale group: code group g (32 values) reads
+    // scale g >> scale_shift (0 for 32-value scales and MXFP4).
+    u32 scale_shift;
 };
 
 // Gated activations fused into the store (`glu`): the layouts and formulas

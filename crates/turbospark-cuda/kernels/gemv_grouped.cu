@@ -1,4 +1,5 @@
-// Grouped formats (MXFP4, int8, int4): 32 values and one scale per group.
+// Grouped formats (MXFP4, int8, int4): codes in groups of 32 values, one
+// scale a group (int8/int4: a group of 32 << sg.scale_shift values).
 // A weight byte here stands for 2-4 values, so x (f32) is 8-16 times the
 // bytes of the weights it meets: reading x is what limits these kernels
 // unless it is shared. Layout: each warp computes GR = 4 rows at once and
@@ -51,9 +52,18 @@ struct Quad {
     float* out;
     u64 e;      // expert of this job (0 without experts)
     u64 g0[GR];  // each row's first group; rows past m read the last row
+    u32 shift;   // sg.scale_shift: group g's scale is scale g >> shift
     __device__ __forceinline__ const u8* codes_of(int i) const { return codes[i & 1]; }
     __device__ __forceinline__ const void* scales_of(int i) const { return scales[i & 1]; }
 };
+
+// Row i's scale for its group q, raw (a row's groups lie at g0[i] on in the
+// codes, and their scales at (g0[i] + q) >> shift: rows are whole scale
+// groups, so the flat index needs no row of its own).
+template <class F>
+__device__ __forceinline__ typename F::Scale scale_of(const Quad& d, int i, u64 q) {
+    return F::scale(d.scales_of(i), (d.g0[i] + q) >> d.shift);
+}
 
 // `vb`: the block of work (blockIdx.y, or a persistent block's turn); `e`:
 // the job's expert (0 without experts).
@@ -65,6 +75,7 @@ __device__ __forceinline__ Quad quad_at(const GemvSegs& sg, u64 e, u32 k, u32 wp
     const u32 v0 = (vb * ((blockDim.x >> 5) / wpr) + d.warp / wpr) * GR;
     const u32 groups = k / 32;
     d.e = e;
+    d.shift = sg.scale_shift;
     if (glu_segs(sg)) {
         // Virtual rows alternate gate and up (seg_of at one row).
         d.m = sg.m[0];
@@ -256,7 +267,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
 #pragma unroll
                 for (int i = 0; i < GR; i++) {
                     raw[u][i] = F::fetch(d.codes_of(i), d.g0[i] + q + u * step, sub);
-                    s[u][i] = F::scale(d.scales_of(i), d.g0[i] + q + u * step);
+                    s[u][i] = scale_of<F>(d, i, q + u * step);
                 }
             }
 #pragma unroll
@@ -272,7 +283,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvSegs& sg, const float* x,
 #pragma unroll
             for (int i = 0; i < GR; i++) {
                 raw[i] = F::fetch(d.codes_of(i), d.g0[i] + q, sub);
-                s[i] = F::scale(d.scales_of(i), d.g0[i] + q);
+                s[i] = scale_of<F>(d, i, q);
             }
             grouped_step<NX, F>(raw, s, xb + (u64)q * 32 + 8 * sub, nx, k, acc);
         }
@@ -303,7 +314,7 @@ struct GroupWords {
 #pragma unroll
         for (int i = 0; i < GR; i++) {
             F::fetch_group(d.codes_of(i), d.g0[i] + q, w[i]);
-            s[i] = F::scale(d.scales_of(i), d.g0[i] + q);
+            s[i] = scale_of<F>(d, i, q);
         }
     }
     // The lines `fetch` will read, into L2.
@@ -311,7 +322,8 @@ struct GroupWords {
 #pragma unroll
         for (int i = 0; i < GR; i++) {
             prefetch_l2(d.codes_of(i) + (d.g0[i] + q) * F::GROUP_BYTES);
-            prefetch_l2((const u8*)d.scales_of(i) + (d.g0[i] + q) * sizeof(typename F::Scale));
+            prefetch_l2((const u8*)d.scales_of(i) +
+                        ((d.g0[i] + q) >> d.shift) * sizeof(typename F::Scale));
         }
     }
 };

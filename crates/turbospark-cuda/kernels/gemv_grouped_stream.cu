@@ -77,10 +77,11 @@ __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* 
     DYNAMIC_SHARED(uint4, shared_x);
     __shared__ u64 full[GS_MAX_STAGES], empty[GS_MAX_STAGES];
     __shared__ float parts[GS_WARPS];
-    const u32 groups = k / 32;
-    // Bytes of a row's codes and of its f16 scales: multiples of 16, as
-    // bulk copies need (the host takes k a multiple of 256).
-    const u32 row_codes = groups * F::GROUP_BYTES, row_scales = groups * 2;
+    const u32 groups = k / 32, shift = sg.scale_shift;
+    // Bytes of a row's codes and of its f16 scales (one a 32 << shift
+    // values): multiples of 16, as bulk copies need (the host takes k a
+    // multiple of 256 << shift).
+    const u32 row_codes = groups * F::GROUP_BYTES, row_scales = (groups >> shift) * 2;
     const u32 tile = R * (row_codes + row_scales);
     u8* ring = (u8*)shared_x;
     XWord* xq = (XWord*)(ring + stages * tile);
@@ -168,7 +169,7 @@ __device__ __forceinline__ void gemv_qx_stream(const GemvSegs& sg, const float* 
                         int nsum = 0;
 #pragma unroll
                         for (int j = 0; j < 4; j++) nsum = F::dot_x(w[j], xw[j], nsum);
-                        acc[r] += (F::value(scales[r][q]) * xs) * F::to_float(nsum);
+                        acc[r] += (F::value(scales[r][q >> shift]) * xs) * F::to_float(nsum);
                     }
                 }
             }

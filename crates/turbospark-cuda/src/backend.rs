@@ -50,8 +50,8 @@ impl Backend for Cuda {
         CudaWeight::from_mxfp4(self, blocks, scales)
     }
 
-    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<CudaWeight> {
-        let w = CudaWeight::quantized(self, t, q)?;
+    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant, group: usize) -> Result<CudaWeight> {
+        let w = CudaWeight::quantized(self, t, q, group)?;
         if q == Quant::Int4 {
             self.int4_linears.store(true, Ordering::Relaxed);
         }

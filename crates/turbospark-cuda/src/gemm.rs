@@ -27,6 +27,7 @@ use std::ffi::c_void;
 use cudarc::cublas::result::gemm_ex;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use turbospark_backend::Quant;
+use turbospark_backend::quant::scale_shift;
 
 use crate::DeviceBuf;
 use crate::kernels::{Arg, BLOCK, grid_for};
@@ -220,6 +221,7 @@ fn gemm_rows_beta(
             quant,
             codes,
             scales,
+            group,
         } => {
             assert!(k.is_multiple_of(32), "gemm: quantized rows of {k} values");
             let (kind, code_bytes) = match quant {
@@ -229,9 +231,10 @@ fn gemm_rows_beta(
             let args = [
                 Arg::Ptr(wide),
                 Arg::Ptr(be.ptr(codes) + code_bytes),
-                Arg::Ptr(be.ptr(scales) + first / 32 * 2),
+                Arg::Ptr(be.ptr(scales) + first / *group as u64 * 2),
                 Arg::U64(groups),
                 Arg::I32(kind),
+                Arg::U32(scale_shift(*group)),
             ];
             be.launch(&be.k.dequant_bf16, grid_for(groups * 4), BLOCK, &args);
             run_gemm(be, &GemmCall { a: wide, ..call });

@@ -9,6 +9,7 @@
 //! synchronise with the host.
 
 use turbospark_backend::Quant;
+use turbospark_backend::quant::scale_shift;
 use turbospark_format::{Activation, ExpertAct};
 
 use crate::kernels::Arg;
@@ -172,7 +173,14 @@ pub fn same_gemv_kernel(a: &CudaWeight, b: &CudaWeight) -> bool {
     match (&a.data, &b.data) {
         (WeightData::Dense { dtype: x, .. }, WeightData::Dense { dtype: y, .. }) => x == y,
         (WeightData::Mxfp4 { .. }, WeightData::Mxfp4 { .. }) => true,
-        (WeightData::Quantized { quant: x, .. }, WeightData::Quantized { quant: y, .. }) => x == y,
+        (
+            WeightData::Quantized {
+                quant: x, group: g, ..
+            },
+            WeightData::Quantized {
+                quant: y, group: h, ..
+            },
+        ) => x == y && g == h,
         _ => false,
     }
 }
@@ -196,6 +204,7 @@ pub struct GemvSegs {
     glu_alpha: f32,
     glu_limit: f32,
     experts_settled: u32,
+    scale_shift: u32,
 }
 
 /// What a GEMV launch does around its product (the last fields of
@@ -313,6 +322,9 @@ pub(crate) fn launch_gemv(
     }
     table.accumulate = edges.accumulate.into();
     table.experts_settled = edges.experts_settled.into();
+    if let WeightData::Quantized { group, .. } = &w0.data {
+        table.scale_shift = scale_shift(*group);
+    }
     // The most warps a row: each warp's part of a row stays long enough to
     // keep its loads streaming (qx_warps_cap, dense_warps_cap; qx_max_wpr
     // below); a glu launch's pairs meet in one block, so a dense one keeps

@@ -7,7 +7,7 @@
 //! not do other arithmetic.
 
 use cudarc::driver::CudaSlice;
-use turbospark_backend::{BackendError, QUANT_GROUP, Quant, Result};
+use turbospark_backend::{BackendError, Quant, Result};
 use turbospark_format::{DType, HostTensor};
 
 use crate::Cuda;
@@ -49,12 +49,13 @@ pub enum WeightData {
         scales: CudaSlice<u8>,
     },
     /// Per row, groups of 32 codes (int8: a byte each; int4: `value + 8`
-    /// packed two a byte, low nibble first) and one f16 scale per group
-    /// (its bits).
+    /// packed two a byte, low nibble first) and one f16 scale (its bits)
+    /// per `group` values: code group g's is scale `g >> scale_shift(group)`.
     Quantized {
         quant: Quant,
         codes: CudaSlice<u8>,
         scales: CudaSlice<u16>,
+        group: usize,
     },
 }
 
@@ -82,12 +83,12 @@ impl CudaWeight {
         match &self.data {
             WeightData::Dense { dtype, .. } => self.numel() * dtype.size(),
             WeightData::Mxfp4 { .. } => self.numel() / 2 + self.numel() / 32,
-            WeightData::Quantized { quant, .. } => {
+            WeightData::Quantized { quant, group, .. } => {
                 let codes = match quant {
                     Quant::Int8 => self.numel(),
                     Quant::Int4 => self.numel() / 2,
                 };
-                codes + self.numel() / QUANT_GROUP * 2
+                codes + self.numel() / group * 2
             }
         }
     }
@@ -148,15 +149,21 @@ impl CudaWeight {
         })
     }
 
-    pub(crate) fn quantized(be: &Cuda, t: &HostTensor<'_>, quant: Quant) -> Result<Self> {
-        let (codes, scales) = turbospark_backend::quant::quantize_weight(t, quant)?;
-        let scale_bits: Vec<u16> = scales.iter().map(|s| s.to_bits()).collect();
+    pub(crate) fn quantized(
+        be: &Cuda,
+        t: &HostTensor<'_>,
+        quant: Quant,
+        group: usize,
+    ) -> Result<Self> {
+        let q = turbospark_backend::quant::quantize_weight(t, quant, group)?;
+        let scale_bits: Vec<u16> = q.scales.iter().map(|s| s.to_bits()).collect();
         let what = || format!("tensor `{}` ({quant:?})", t.name);
         Ok(CudaWeight {
             data: WeightData::Quantized {
                 quant,
-                codes: be.try_upload(&codes, &weights(&what))?,
+                codes: be.try_upload(&q.codes, &weights(&what))?,
                 scales: be.try_upload(&scale_bits, &weights(&what))?,
+                group: q.group,
             },
             shape: t.shape.to_vec(),
         })

@@ -31,7 +31,7 @@ fn uploads_and_weight_bytes_match_the_cpu() {
     let (c, d) = mxfp4(&g, &mut rng, &[3, 5], 64);
     assert_eq!(g.weight_bytes(&d), Cpu.weight_bytes(&c), "mxfp4");
     for q in [Quant::Int8, Quant::Int4] {
-        let (c, d) = quantized(&g, &rng.vec(5 * 64, 1.0), [5, 64], q);
+        let (c, d) = quantized(&g, &rng.vec(5 * 64, 1.0), [5, 64], q, 32);
         assert_eq!(g.weight_bytes(&d), Cpu.weight_bytes(&c), "{q:?}");
     }
     let (c, d) = (
@@ -74,8 +74,8 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         map: None,
     };
     assert!(
-        g.upload_quantized(&oddt, Quant::Int8).is_err()
-            && Cpu.upload_quantized(&oddt, Quant::Int8).is_err()
+        g.upload_quantized(&oddt, Quant::Int8, 32).is_err()
+            && Cpu.upload_quantized(&oddt, Quant::Int8, 32).is_err()
     );
     // Values beyond an f16 group scale: both refuse, naming the tensor.
     let huge = encode(&[1e7; 32], DType::F32);
@@ -87,8 +87,8 @@ fn uploads_and_weight_bytes_match_the_cpu() {
         map: None,
     };
     for e in [
-        g.upload_quantized(&huget, Quant::Int8).err(),
-        Cpu.upload_quantized(&huget, Quant::Int8).err(),
+        g.upload_quantized(&huget, Quant::Int8, 32).err(),
+        Cpu.upload_quantized(&huget, Quant::Int8, 32).err(),
     ] {
         let e = e.expect("an error").to_string();
         assert!(e.contains("huge") && e.contains("f16"), "{e}");

@@ -80,10 +80,16 @@ fn linear_grouped_formats_in_both_regimes() {
     ] {
         g.set_precision(precision);
         let mut formats = vec![("mxfp4".to_string(), mxfp4(&g, &mut rng, &[m], k))];
-        for q in [Quant::Int8, Quant::Int4] {
+        // 128-value scales where the rows take them (2,880: 64; 32: 32).
+        for (q, group) in [
+            (Quant::Int8, 32),
+            (Quant::Int4, 32),
+            (Quant::Int8, 128),
+            (Quant::Int4, 128),
+        ] {
             formats.push((
-                format!("{q:?}"),
-                quantized(&g, &rng.vec(m * k, 0.5), [m, k], q),
+                format!("{q:?}/{group}"),
+                quantized(&g, &rng.vec(m * k, 0.5), [m, k], q, group),
             ));
         }
         for (name, w) in &formats {
@@ -97,8 +103,9 @@ fn linear_grouped_formats_in_both_regimes() {
 
 type Pair = (CpuWeight, CudaWeight);
 
-/// Weights `[m, k]` of format `fmt` (bf16, f32, mxfp4, int8, int4) for
-/// each m, and a bf16 bias for every part but the second.
+/// Weights `[m, k]` of format `fmt` (bf16, f32, mxfp4, int8, int4; int8
+/// and int4 with 32-value scales, or `int8/128` and `int4/128` with 128)
+/// for each m, and a bf16 bias for every part but the second.
 fn weight_set(
     g: &Cuda,
     rng: &mut Rng,
@@ -112,8 +119,10 @@ fn weight_set(
             "bf16" => weight(g, &rng.vec(m * k, 0.5), &[m, k], DType::BF16),
             "f32" => weight(g, &rng.vec(m * k, 0.5), &[m, k], DType::F32),
             "mxfp4" => mxfp4(g, rng, &[m], k),
-            "int8" => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int8),
-            _ => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int4),
+            "int8" => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int8, 32),
+            "int8/128" => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int8, 128),
+            "int4/128" => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int4, 128),
+            _ => quantized(g, &rng.vec(m * k, 0.5), [m, k], Quant::Int4, 32),
         })
         .collect();
     let biases = ms
@@ -198,7 +207,9 @@ fn rms_norm_linears_reads_x_through_the_norm() {
     for precision in [Precision::Bf16, Precision::F32] {
         g.set_precision(precision);
         for (k, ms) in [(64, vec![37, 5]), (2880, vec![512, 32]), (4096, vec![1024])] {
-            for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+            for fmt in [
+                "bf16", "f32", "mxfp4", "int8", "int4", "int8/128", "int4/128",
+            ] {
                 let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
                 let parts = gpu_parts(&ws, &biases);
                 // f32 norm weights are how Gemma's (1 + w) norms arrive.
@@ -234,8 +245,12 @@ fn rms_norm_linears_reads_x_through_the_norm() {
 /// the gate and up rows and writes silu(gate) · up or gelu_tanh(gate) · up
 /// (odd heights, every format, a bias on gate, both precisions); 3 rows
 /// take the norm kernel, the GEMVs and the glu kernel. Against the CPU's
-/// norm, products and activation at twice the GEMV bounds (the activation's
-/// error adds the gate's and the up's).
+/// norm, products and activation at three times the GEMV bounds: the
+/// activation's error adds the gate's and the up's, and over 1,024
+/// outputs of int8 x the largest measured 5.6e-2 of the rms (int8 weights)
+/// to 6.6e-2 (int4 with 128-value scales, whose coarser weights make
+/// the output's rms smaller beside the same x rounding), where a scale
+/// read from the wrong group gives NaN or far more.
 #[test]
 fn rms_norm_glu_writes_the_activation() {
     let Some(mut g) = gpu() else { return };
@@ -243,7 +258,9 @@ fn rms_norm_glu_writes_the_activation() {
     for precision in [Precision::Bf16, Precision::F32] {
         g.set_precision(precision);
         for (k, m) in [(64, 37), (2880, 101), (4096, 1024)] {
-            for fmt in ["bf16", "f32", "mxfp4", "int8", "int4"] {
+            for fmt in [
+                "bf16", "f32", "mxfp4", "int8", "int4", "int8/128", "int4/128",
+            ] {
                 let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m, m]);
                 let parts = gpu_parts(&ws, &biases);
                 let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
@@ -263,7 +280,7 @@ fn rms_norm_glu_writes_the_activation() {
                         let mut o = g.tensor(n, m);
                         g.rms_norm_glu(&gx, &gn, 1e-5, parts[0], up, act, &mut o);
                         let what = format!("rms_norm_glu {fmt} {precision:?} {act:?} k={k} n={n}");
-                        check(&what, &g, &o, &c, 2.0 * gemv_tol(&g, &ws[0].1, n));
+                        check(&what, &g, &o, &c, 3.0 * gemv_tol(&g, &ws[0].1, n));
                     }
                 }
             }
@@ -435,96 +452,99 @@ fn same_both_ways(g: &Cuda, (s, p): &(Vec<CudaTensor>, Vec<CudaTensor>), what: &
 /// whose boundaries cut stages (q/k/v) behind a fused norm, gate/up pairs
 /// of an odd height with their activation, and a launch with as many rows
 /// a block as an lm_head has (100,000 rows: ~760 a block, 95 stages
-/// through a ring of 16).
+/// through a ring of 16); with 32- and 128-value scales.
 #[test]
 fn streamed_integer_gemvs_equal_the_cpus_and_the_unstreamed() {
     let Some(mut g) = gpu() else { return };
     let mut rng = Rng(31);
-    let fmt = "int8";
-    let what = |op: &str, k: usize| format!("streamed {op} {fmt} k={k}");
-    streamed_linear(&mut g, &mut rng, fmt, 4096, 5000, &what("linear", 4096));
+    // 32-value scales, and 128 (a quarter of the scale bytes in the ring;
+    // k = 2,560 does not stream with them: 40 bytes of scales a row).
+    for fmt in ["int8", "int8/128"] {
+        let what = |op: &str, k: usize| format!("streamed {op} {fmt} k={k}");
+        streamed_linear(&mut g, &mut rng, fmt, 4096, 5000, &what("linear", 4096));
 
-    let (k, m) = (14336, 1500);
-    let (ws, _) = weight_set(&g, &mut rng, fmt, k, &[m]);
-    let b = weight(&g, &rng.vec(m, 1.0), &[m], DType::F32);
-    let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
-    let before = rng.vec(m, 3.0);
-    let mut c = Cpu.tensor(1, m);
-    c.data.copy_from_slice(&before);
-    Cpu.linear_add(&cx, &ws[0].0, Some(&b.0), &mut c);
-    let outs = both_ways(&mut g, |g| {
-        let mut acc = tensors(g, &before, 1, m).1;
-        g.linear_add(&gx, &ws[0].1, Some(&b.1), &mut acc);
-        vec![acc]
-    });
-    same_both_ways(&g, &outs, &what("linear_add", k));
-    check(
-        &what("linear_add", k),
-        &g,
-        &outs.0[0],
-        &c,
-        gemv_tol(&g, &ws[0].1, 1),
-    );
-
-    let (k, ms) = (3072, [4097, 1031, 1031]);
-    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
-    let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
-    let (cx, gx) = tensors(&g, &rng.vec(k, 3.0), 1, k);
-    let mut normed = Cpu.tensor(1, k);
-    Cpu.rms_norm(&cx, &cn, 1e-5, &mut normed);
-    let outs = both_ways(&mut g, |g| {
-        let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(1, m)).collect();
-        let mut g_normed = g.tensor(1, k);
-        let mut refs: Vec<&mut CudaTensor> = outs.iter_mut().collect();
-        let parts = gpu_parts(&ws, &biases);
-        g.rms_norm_linears(&gx, &gn, 1e-5, &parts, &mut refs, Some(&mut g_normed));
-        outs.push(g_normed);
-        outs
-    });
-    same_both_ways(&g, &outs, &what("rms_norm_linears", k));
-    let (outs_s, normed_s) = outs.0.split_at(ms.len());
-    check(&what("normed", k), &g, &normed_s[0], &normed, F32_TOL);
-    check_parts(
-        &g,
-        &normed,
-        &ws,
-        &biases,
-        outs_s,
-        &what("rms_norm_linears", k),
-    );
-
-    let (k, m) = (2560, 1001);
-    let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m, m]);
-    let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
-    for act in [Activation::Silu, Activation::GeluTanh] {
+        let (k, m) = (14336, 1500);
+        let (ws, _) = weight_set(&g, &mut rng, fmt, k, &[m]);
+        let b = weight(&g, &rng.vec(m, 1.0), &[m], DType::F32);
         let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+        let before = rng.vec(m, 3.0);
         let mut c = Cpu.tensor(1, m);
-        let cparts = [
-            (&ws[0].0, biases[0].as_ref().map(|b| &b.0)),
-            (&ws[1].0, None),
-        ];
-        Cpu.rms_norm_glu(&cx, &cn, 1e-5, cparts[0], cparts[1], act, &mut c);
+        c.data.copy_from_slice(&before);
+        Cpu.linear_add(&cx, &ws[0].0, Some(&b.0), &mut c);
         let outs = both_ways(&mut g, |g| {
-            let parts = gpu_parts(&ws, &biases);
-            let mut o = g.tensor(1, m);
-            g.rms_norm_glu(&gx, &gn, 1e-5, parts[0], parts[1], act, &mut o);
-            vec![o]
+            let mut acc = tensors(g, &before, 1, m).1;
+            g.linear_add(&gx, &ws[0].1, Some(&b.1), &mut acc);
+            vec![acc]
         });
-        let op = format!("rms_norm_glu {act:?}");
-        same_both_ways(&g, &outs, &what(&op, k));
+        same_both_ways(&g, &outs, &what("linear_add", k));
         check(
-            &what(&op, k),
+            &what("linear_add", k),
             &g,
             &outs.0[0],
             &c,
-            2.0 * gemv_tol(&g, &ws[0].1, 1),
+            gemv_tol(&g, &ws[0].1, 1),
         );
-    }
 
-    // Last, so that the cases above keep the random inputs they were
-    // written with.
-    let what = what("long linear", 1024);
-    streamed_linear(&mut g, &mut rng, fmt, 1024, 100_000, &what);
+        let (k, ms) = (3072, [4097, 1031, 1031]);
+        let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &ms);
+        let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+        let (cx, gx) = tensors(&g, &rng.vec(k, 3.0), 1, k);
+        let mut normed = Cpu.tensor(1, k);
+        Cpu.rms_norm(&cx, &cn, 1e-5, &mut normed);
+        let outs = both_ways(&mut g, |g| {
+            let mut outs: Vec<CudaTensor> = ms.iter().map(|&m| g.tensor(1, m)).collect();
+            let mut g_normed = g.tensor(1, k);
+            let mut refs: Vec<&mut CudaTensor> = outs.iter_mut().collect();
+            let parts = gpu_parts(&ws, &biases);
+            g.rms_norm_linears(&gx, &gn, 1e-5, &parts, &mut refs, Some(&mut g_normed));
+            outs.push(g_normed);
+            outs
+        });
+        same_both_ways(&g, &outs, &what("rms_norm_linears", k));
+        let (outs_s, normed_s) = outs.0.split_at(ms.len());
+        check(&what("normed", k), &g, &normed_s[0], &normed, F32_TOL);
+        check_parts(
+            &g,
+            &normed,
+            &ws,
+            &biases,
+            outs_s,
+            &what("rms_norm_linears", k),
+        );
+
+        let (k, m) = (2560, 1001);
+        let (ws, biases) = weight_set(&g, &mut rng, fmt, k, &[m, m]);
+        let (cn, gn) = weight(&g, &rng.vec(k, 2.0), &[k], DType::BF16);
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            let (cx, gx) = tensors(&g, &rng.vec(k, 1.0), 1, k);
+            let mut c = Cpu.tensor(1, m);
+            let cparts = [
+                (&ws[0].0, biases[0].as_ref().map(|b| &b.0)),
+                (&ws[1].0, None),
+            ];
+            Cpu.rms_norm_glu(&cx, &cn, 1e-5, cparts[0], cparts[1], act, &mut c);
+            let outs = both_ways(&mut g, |g| {
+                let parts = gpu_parts(&ws, &biases);
+                let mut o = g.tensor(1, m);
+                g.rms_norm_glu(&gx, &gn, 1e-5, parts[0], parts[1], act, &mut o);
+                vec![o]
+            });
+            let op = format!("rms_norm_glu {act:?}");
+            same_both_ways(&g, &outs, &what(&op, k));
+            check(
+                &what(&op, k),
+                &g,
+                &outs.0[0],
+                &c,
+                2.0 * gemv_tol(&g, &ws[0].1, 1),
+            );
+        }
+
+        // Last, so that the cases above keep the random inputs they were
+        // written with.
+        let what = what("long linear", 1024);
+        streamed_linear(&mut g, &mut rng, fmt, 1024, 100_000, &what);
+    }
 }
 
 /// One plain linear of `m` rows of `k` values in format `fmt`, streamed

@@ -37,6 +37,7 @@ fn recorded_attention_and_int4_projection_replay_as_the_cpus() {
         &rng.vec(hidden * q_dim, 0.5),
         [hidden, q_dim],
         Quant::Int4,
+        32,
     );
     for dtype in KV_DTYPES {
         let spec = KvSpec {

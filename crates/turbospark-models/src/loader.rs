@@ -10,7 +10,7 @@
 
 use std::cell::Cell;
 
-use turbospark_backend::{Backend, Quant};
+use turbospark_backend::{Backend, QUANT_GROUP, Quant};
 use turbospark_format::HostTensor;
 use turbospark_format::checkpoint::{SourceTensor, TensorSource};
 
@@ -20,14 +20,27 @@ use crate::error::Result;
 pub type Progress<'a> = &'a dyn Fn(u64, u64);
 
 /// Choices made at load time.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct LoadOptions {
     /// Weight-only quantization of the projection matrices.
     pub quant: Option<Quant>,
+    /// Values one scale of `quant` covers (`--quant-group`; a matrix whose
+    /// rows it does not divide takes the largest group that does).
+    pub quant_group: usize,
     /// Hand every tensor to the backend without its mapping (llama.cpp's
     /// `--no-mmap`): the CPU then copies the weights it would read in
     /// place, so the checkpoint may change or vanish while the model runs.
     pub no_mmap: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            quant: None,
+            quant_group: QUANT_GROUP,
+            no_mmap: false,
+        }
+    }
 }
 
 pub struct Loader<'a, B: Backend> {
@@ -210,7 +223,9 @@ impl<'a, B: Backend> Loader<'a, B> {
             return self.tensor(name, &shape);
         };
         let t = self.ckpt.fetch_shaped(name, &shape)?;
-        let w = self.be.upload_quantized(&t.view(), q)?;
+        let w = self
+            .be
+            .upload_quantized(&t.view(), q, self.opts.quant_group)?;
         self.account(t.bytes.len() as u64, &w);
         Ok(w)
     }
@@ -227,7 +242,9 @@ impl<'a, B: Backend> Loader<'a, B> {
             return Ok(None);
         };
         let t = self.ckpt.fetch_shaped(name, &shape)?;
-        let w = self.be.upload_quantized(&t.view(), q)?;
+        let w = self
+            .be
+            .upload_quantized(&t.view(), q, self.opts.quant_group)?;
         self.account(0, &w);
         Ok(Some(w))
     }

@@ -9,10 +9,15 @@ use turbospark_backend::Quant;
 use turbospark_models::LoadOptions;
 
 fn err(name: &str, quant: Quant) -> (f32, usize) {
+    err_grouped(name, quant, 32)
+}
+
+fn err_grouped(name: &str, quant: Quant, quant_group: usize) -> (f32, usize) {
     let c = run_with_options(
         name,
         LoadOptions {
             quant: Some(quant),
+            quant_group,
             ..LoadOptions::default()
         },
     );
@@ -86,6 +91,39 @@ fn a_tied_head_is_quantized_too() {
     let (e8, miss8) = err("llama-tied-bf16", Quant::Int8);
     assert!(e8 > 1e-5 && e8 < 0.2, "int8 max |Δ|/std = {e8}");
     assert!(miss8 <= 3, "int8 flipped {miss8} argmaxes");
+}
+
+/// `--quant-group 128` on a model whose rows are 64 and 128 values wide:
+/// the 128-wide rows (the MLP's down) take one scale a 128 values, the
+/// others fall back to 64, so decode reads exactly those scales' bytes
+/// fewer, and the logits stay within int8's bounds.
+#[test]
+fn larger_scale_groups_read_fewer_bytes_and_stay_close() {
+    use turbospark_cpu::Cpu;
+    use turbospark_models::load_model;
+
+    let dir = common::fixture_dir("llama-tied-bf16");
+    let v = vocab(&dir);
+    let load = |quant_group| {
+        let opts = LoadOptions {
+            quant: Some(Quant::Int8),
+            quant_group,
+            ..LoadOptions::default()
+        };
+        load_model(&Cpu, &dir, opts, &|_, _| {}).unwrap()
+    };
+    let (g32, g128) = (load(32), load(128));
+    // Per layer (2): q, o 64×64, k, v 32×64, gate, up 128×64 (rows of 64)
+    // and down 64×128 (rows of 128); the head v×64. A scale is 2 bytes.
+    let rows_of_64 = (2 * (2 * 64 * 64 + 2 * 32 * 64 + 2 * 128 * 64) + v * 64) as u64;
+    let rows_of_128 = (2 * 64 * 128) as u64;
+    let fewer = rows_of_64 * 2 * (4 - 2) / 128 + rows_of_128 * 2 * (4 - 1) / 128;
+    assert_eq!(g32.decode_bytes() - g128.decode_bytes(), fewer);
+    for name in ["llama-tied-bf16", "llama3-rope"] {
+        let (e, miss) = err_grouped(name, Quant::Int8, 128);
+        assert!(e > 1e-5 && e < 0.2, "{name}: int8/128 max |Δ|/std = {e}");
+        assert!(miss <= 3, "{name}: int8/128 flipped {miss} argmaxes");
+    }
 }
 
 fn vocab(dir: &std::path::Path) -> usize {

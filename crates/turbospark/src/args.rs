@@ -80,9 +80,17 @@ pub struct ModelArgs {
     /// scaling's reach).
     #[arg(long, short = 'c')]
     pub context: Option<usize>,
-    /// Quantize the projection weights at load (weight-only, per-32 scales).
+    /// Quantize the projection weights at load (weight-only, symmetric, an
+    /// f16 scale a --quant-group values).
     #[arg(long, value_enum)]
     pub quant: Option<QuantArg>,
+    /// Values one scale of --quant covers: 32 (llama.cpp's Q8_0/Q4_0
+    /// bytes, the default), 64, 128 (GPTQ's and AWQ's usual group size:
+    /// int8 8.125 bits a weight, int4 4.125) or 256. Fewer scales, fewer
+    /// bytes a decoded token reads, coarser codes; a matrix whose rows a
+    /// group does not divide takes the largest one that does.
+    #[arg(long, default_value_t = 32, value_parser = parse_quant_group, requires = "quant")]
+    pub quant_group: usize,
     /// Copy the weights out of the checkpoint instead of reading them in
     /// place from its memory mapping (the CPU's default): the checkpoint
     /// may then change while the model runs, at the cost of a slower load
@@ -117,6 +125,15 @@ pub enum KvDtypeArg {
 pub enum PrecisionArg {
     Bf16,
     F32,
+}
+
+/// `--quant-group`: one of the scale groups the formats take.
+fn parse_quant_group(s: &str) -> Result<usize, String> {
+    let groups = turbospark_backend::SCALE_GROUPS;
+    s.parse()
+        .ok()
+        .filter(|g| groups.contains(g))
+        .ok_or_else(|| format!("expected one of {groups:?} values a scale"))
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -334,6 +334,33 @@ fn device_names_a_gpu_by_number_and_refuses_anything_else() {
     assert_clean_error(&out, "--device cuda:1: ");
 }
 
+/// `--quant-group` takes the scale groups the formats have, and only
+/// with `--quant`; with one, bench reports it.
+#[test]
+fn quant_group_is_a_scale_group_of_quant() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--prompt-tokens", "1", "--max-tokens", "1"];
+        args.extend(extra);
+        turbospark(&args)
+    };
+    usage_error(
+        &run(&["--quant", "int8", "--quant-group", "100"]),
+        "expected one of [32, 64, 128, 256] values a scale",
+    );
+    usage_error(&run(&["--quant-group", "128"]), "--quant <QUANT>");
+    let out = run(&["--quant", "int4", "--quant-group", "128", "--device", "cpu"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = bench_json(&["--quant", "int8", "--quant-group", "128"]);
+    assert_eq!(
+        (j["quant"].as_str(), j["quant_group"].as_u64()),
+        (Some("int8"), Some(128))
+    );
+}
+
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
     let run = |dir: &Path, tokens: &str| {

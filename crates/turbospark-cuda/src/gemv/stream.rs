@@ -145,15 +145,25 @@ fn qx_stream(
     else {
         return None;
     };
-    if !(one_row_ring(be, t, j) && qx && j.k.is_multiple_of(256)) {
+    // Whole 16-byte copies of a row's scales: k / 32 >> shift of them.
+    let shift = t.scale_shift;
+    if !(one_row_ring(be, t, j) && qx && j.k.is_multiple_of(256 << shift)) {
         return None;
     }
-    qx_ring(j.k, rows, be.sm_count, t.glu != 0, be.qx_stream_shared)
+    qx_ring(
+        j.k,
+        shift,
+        rows,
+        be.sm_count,
+        t.glu != 0,
+        be.qx_stream_shared,
+    )
 }
 
-/// A streamed int8 row's bytes: its codes (a byte a value) and f16 scales.
-fn qx_row_bytes(k: u32) -> u32 {
-    k / 32 * (32 + 2)
+/// A streamed int8 row's bytes: its codes (a byte a value) and f16 scales
+/// (one a 32 << `shift` values).
+fn qx_row_bytes(k: u32, shift: u32) -> u32 {
+    k + ((k / 32) >> shift) * 2
 }
 
 /// The ring of a streamed int8 GEMV of `rows` rows of `k` values (glu
@@ -161,8 +171,8 @@ fn qx_row_bytes(k: u32) -> u32 {
 /// memory: whole rows a stage (glu pairs need two at least), as many
 /// stages as fit beside x and the row sums (at most `GS_MAX_STAGES`, and no
 /// more than the block's rows fill), two at least.
-fn qx_ring(k: u32, rows: u32, sms: u32, glu: bool, cap: u32) -> Option<QxStream> {
-    let (groups, row) = (k / 32, qx_row_bytes(k));
+fn qx_ring(k: u32, shift: u32, rows: u32, sms: u32, glu: bool, cap: u32) -> Option<QxStream> {
+    let (groups, row) = (k / 32, qx_row_bytes(k, shift));
     let r = [8, 4, 2, 1]
         .into_iter()
         .find(|&r| r * row <= QX_STREAM_TILE)
@@ -239,27 +249,31 @@ mod tests {
     fn the_int8_ring_takes_four_stages_of_whole_rows() {
         let cap = QX_STREAM_MAX_SHARED;
         let ring = |k, rows, glu| {
-            let q = qx_ring(k, rows, 132, glu, cap).unwrap();
+            let q = qx_ring(k, 0, rows, 132, glu, cap).unwrap();
             assert!(q.shared <= cap);
             (q.rows, q.stages)
         };
-        assert_eq!(qx_row_bytes(4096), 4352);
+        assert_eq!(qx_row_bytes(4096, 0), 4352);
+        // 128-value scales (shift 2): the same rings, a quarter the scales.
+        assert_eq!(qx_row_bytes(4096, 2), 4160);
+        let q = qx_ring(4096, 2, 6144, 132, false, cap).unwrap();
+        assert_eq!((q.rows, q.stages), (8, 4));
         assert_eq!(ring(4096, 6144, false), (8, 4)); // q/k/v
         assert_eq!(ring(4096, 4096, false), (8, 4)); // o
         assert_eq!(ring(4096, 28_672, true), (8, 4)); // gate/up pairs
         assert_eq!(ring(14_336, 4096, false), (2, 4)); // down
         let at_113 = |k, rows| {
-            qx_ring(k, rows, 132, false, STREAM_MAX_SHARED)
+            qx_ring(k, 0, rows, 132, false, STREAM_MAX_SHARED)
                 .unwrap()
                 .stages
         };
         assert_eq!((at_113(4096, 6144), at_113(14_336, 4096)), (3, 3));
         // A block's share of a short launch caps the stages: 300 rows over
         // 132 blocks is 5 rows a block, one stage of 8; two at least.
-        assert!(qx_ring(4096, 300, 132, false, cap).is_none());
+        assert!(qx_ring(4096, 0, 300, 132, false, cap).is_none());
         assert_eq!(ring(4096, 2000, false), (8, 3));
         // Nothing fits under x and the sums.
-        assert!(qx_ring(4096, 6144, 132, false, 20 * 1024).is_none());
+        assert!(qx_ring(4096, 0, 6144, 132, false, 20 * 1024).is_none());
     }
 
     /// Both rings' caps, with the 2 KB of static shared memory a streamed

@@ -178,7 +178,15 @@ pub fn mxfp4_scaled(
     )
 }
 
-pub fn quantized(g: &Cuda, values: &[f32], shape: [usize; 2], q: Quant) -> (CpuWeight, CudaWeight) {
+/// `values` quantized at load by both backends, one scale a `group`
+/// values (where the rows allow: `quant::scale_group_for`).
+pub fn quantized(
+    g: &Cuda,
+    values: &[f32],
+    shape: [usize; 2],
+    q: Quant,
+    group: usize,
+) -> (CpuWeight, CudaWeight) {
     let bytes = encode(values, DType::BF16);
     let t = HostTensor {
         name: "w",
@@ -190,8 +198,8 @@ pub fn quantized(g: &Cuda, values: &[f32], shape: [usize; 2], q: Quant) -> (CpuW
     (
         // The reference multiplies f32 x: the bounds (tolerances.rs) are
         // those of the GPU's x rounding alone.
-        Cpu.upload_quantized(&t, q).unwrap().with_f32_x(),
-        g.upload_quantized(&t, q).unwrap(),
+        Cpu.upload_quantized(&t, q, group).unwrap().with_f32_x(),
+        g.upload_quantized(&t, q, group).unwrap(),
     )
 }
 

@@ -220,21 +220,27 @@ static bool converts() {
         }
     }
     ok &= report("mxfp4_to_bf16: exact", same ? 0.0 : INFINITY, 0.0);
-    for (int kind : {0, 1}) {
-        launch(1, 1, 32, [&] {
-            dequant_bf16(out.data(), kind == 0 ? codes8.data() : codes4.data(), f16s.data(), groups, kind);
-        });
-        same = true;
-        for (u64 g = 0; g < groups; g++) {
-            for (u32 i = 0; i < 32; i++) {
-                const int c = kind == 0 ? (int)(int8_t)codes8[g * 32 + i]
-                                        : (int)((codes4[g * 16 + i / 2] >> (4 * (i % 2))) & 15u) - 8;
-                same &= out[g * 32 + i] == bf16_of((float)c * f16_to_f32(f16s[g]));
+    // Scales a group (shift 0) and a 128 values (shift 2: groups 0-3 read
+    // scale 0, group 4 scale 1).
+    for (u32 shift : {0u, 2u}) {
+        for (int kind : {0, 1}) {
+            launch(1, 1, 32, [&] {
+                dequant_bf16(out.data(), kind == 0 ? codes8.data() : codes4.data(), f16s.data(),
+                             groups, kind, shift);
+            });
+            same = true;
+            for (u64 g = 0; g < groups; g++) {
+                for (u32 i = 0; i < 32; i++) {
+                    const int c = kind == 0
+                                      ? (int)(int8_t)codes8[g * 32 + i]
+                                      : (int)((codes4[g * 16 + i / 2] >> (4 * (i % 2))) & 15u) - 8;
+                    same &= out[g * 32 + i] == bf16_of((float)c * f16_to_f32(f16s[g >> shift]));
+                }
             }
+            const std::string what = std::string(kind == 0 ? "dequant_bf16: int8" : "dequant_bf16: int4") +
+                                     ", code · scale rounded once, scale shift " + std::to_string(shift);
+            ok &= report(what, same ? 0.0 : INFINITY, 0.0);
         }
-        ok &= report(kind == 0 ? "dequant_bf16: int8, code · scale rounded once"
-                               : "dequant_bf16: int4, code · scale rounded once",
-                     same ? 0.0 : INFINITY, 0.0);
     }
     return ok;
 }

@@ -57,8 +57,8 @@ impl Backend for Mutant {
     fn upload_mxfp4(&self, b: &HostTensor<'_>, s: &HostTensor<'_>) -> Result<CpuWeight> {
         Cpu.upload_mxfp4(b, s)
     }
-    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant) -> Result<CpuWeight> {
-        Cpu.upload_quantized(t, q)
+    fn upload_quantized(&self, t: &HostTensor<'_>, q: Quant, group: usize) -> Result<CpuWeight> {
+        Cpu.upload_quantized(t, q, group)
     }
     fn upload_f32(&self, v: &[f32], shape: &[usize]) -> Result<CpuWeight> {
         Cpu.upload_f32(v, shape)

@@ -129,6 +129,7 @@ pub fn load_options(args: &ModelArgs) -> LoadOptions {
             QuantArg::Int8 => Quant::Int8,
             QuantArg::Int4 => Quant::Int4,
         }),
+        quant_group: args.quant_group,
         no_mmap: args.no_mmap,
     }
 }

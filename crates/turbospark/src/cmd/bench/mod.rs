@@ -161,6 +161,7 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
             json!({"model": model_name, "device": engine.be.name(), "decode_graph": recorded,
                 "decode_graph_nodes": census,
                 "device_name": engine.be.describe(), "threads": threads, "quant": quant,
+                "quant_group": quant.map(|_| a.model.quant_group),
                 "kv_dtype": kv_dtype.name(),
                 "layers": spec.num_layers, "prompt_len": prompt.len(), "gen_len": a.gen_len,
                 "warmup": a.warmup, "sampling": (!greedy).then_some(&sampling),
@@ -180,7 +181,10 @@ fn bench<B: Backend + DeviceStats + 'static>(be: B, a: &BenchArgs) -> Result<()>
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     println!(
         "model   {model_name}{}",
-        quant.map_or(String::new(), |q| format!(" (--quant {q})"))
+        quant.map_or(String::new(), |q| format!(
+            " (--quant {q} --quant-group {})",
+            a.model.quant_group
+        ))
     );
     println!("device  {} ({})", engine.be.name(), engine.be.describe());
     println!("prefill {prefill:>9.1} tok/s  ({} tokens)", prompt.len());
