@@ -1,5 +1,6 @@
-// The grouped weight formats (MXFP4, int8, int4: 32 values and one scale
-// a group) as the GEMV kernels read them, and the rounding of x to integer
+// The grouped weight formats (MXFP4, int8, int4: codes in groups of 32
+// values, one scale a group; int8/int4 one a 32 << GemvSegs::scale_shift
+// values) as the GEMV kernels read them, and the rounding of x to integer
 // codes that their integer-activation kernels share (gemv_grouped.cu's
 // `_qx` kernels and gemv_grouped_stream.cu). Put in front of both files
 // (src/compile.rs), after gemv_common.cuh. Formats only: no kernel here.
@@ -127,17 +128,19 @@ struct Mxfp4 {
     }
 };
 
-// The --quant formats' scales: one f16 a group (llama.cpp's Q8_0/Q4_0
-// bytes), fetched raw like MXFP4's and widened exactly when used.
+// The --quant formats' scales: one f16 a scale group (by default a code
+// group: llama.cpp's Q8_0/Q4_0 bytes), fetched raw like MXFP4's and
+// widened exactly when used. `index` is the scale's own (the callers
+// shift a code group's index: gemv_grouped.cu's scale_of).
 struct F16Scales {
     typedef u16 Scale;
-    static __device__ __forceinline__ Scale scale(const void* scales, u64 group) {
-        return ((const u16*)scales)[group];
+    static __device__ __forceinline__ Scale scale(const void* scales, u64 index) {
+        return ((const u16*)scales)[index];
     }
     static __device__ __forceinline__ float value(Scale s) { return f16_to_f32(s); }
 };
 
-// Int8 (weight-only --quant): 32 signed bytes a group, one f16 scale.
+// Int8 (weight-only --quant): 32 signed bytes a group, f16 scales.
 struct Q8 : F16Scales {
     typedef uint2 Word;
     static constexpr int UNROLL = 4;
@@ -171,7 +174,7 @@ struct Q8 : F16Scales {
 };
 
 // Int4 (weight-only --quant): 16 bytes a group of value + 8 codes (low
-// nibble first), one f16 scale.
+// nibble first), f16 scales.
 struct Q4 : F16Scales {
     typedef u32 Word;
     static constexpr int UNROLL = 4;
