@@ -48,7 +48,12 @@ pub const QUANT_GROUP: usize = 32;
 
 /// The scale groups `--quant-group` takes: powers of two from
 /// [`QUANT_GROUP`] to 256 values.
-pub const SCALE_GROUPS: [usize; 4] = [32, 64, 128, 256];
+pub const SCALE_GROUPS: [usize; 4] = [
+    QUANT_GROUP,
+    2 * QUANT_GROUP,
+    4 * QUANT_GROUP,
+    8 * QUANT_GROUP,
+];
 
 /// The scale group a matrix with rows of `cols` values gets when `asked`
 /// is asked for (one of [`SCALE_GROUPS`]): the largest of them up to
@@ -110,14 +115,19 @@ pub fn quantize_weight(
     q: Quant,
     asked: usize,
 ) -> Result<QuantizedRows, BackendError> {
+    if !SCALE_GROUPS.contains(&asked) {
+        return Err(BackendError::Unsupported(format!(
+            "tensor `{}`: --quant-group {asked} is not one of {SCALE_GROUPS:?}",
+            t.name
+        )));
+    }
     let group = t
         .shape
         .get(1)
         .and_then(|&cols| scale_group_for(cols, asked));
     let Some(group) = group.filter(|_| t.shape.len() == 2 && t.dtype != DType::U8) else {
         return Err(BackendError::Unsupported(format!(
-            "tensor `{}` {:?}: --quant needs 2-D float weights with rows a multiple of \
-             {QUANT_GROUP} wide, and --quant-group one of {SCALE_GROUPS:?} (asked: {asked})",
+            "tensor `{}` {:?}: --quant needs 2-D float weights with rows a multiple of {QUANT_GROUP} wide",
             t.name, t.shape
         )));
     };

@@ -144,9 +144,14 @@ impl RoundedX {
 
 /// Σ x·w over one quantized row, with x rounded by [`RoundedX::new`] for
 /// this row's format, code group g scaled by `scales[g >> shift]`
-/// (`x.steps.len() == scales.len() << shift`).
+/// (`x.steps.len() == scales.len() << shift`, checked: the SIMD kernel's
+/// scale loads rely on it).
 pub fn dot(x: &RoundedX, codes: &[u8], scales: &[f16], shift: u32) -> f32 {
-    debug_assert_eq!(x.steps.len(), scales.len() << shift);
+    assert_eq!(
+        x.steps.len(),
+        scales.len() << shift,
+        "quant::dot: scales for another row"
+    );
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")

@@ -89,7 +89,7 @@ pub struct ModelArgs {
     /// int8 8.125 bits a weight, int4 4.125) or 256. Fewer scales, fewer
     /// bytes a decoded token reads, coarser codes; a matrix whose rows a
     /// group does not divide takes the largest one that does.
-    #[arg(long, default_value_t = 32, value_parser = parse_quant_group, requires = "quant")]
+    #[arg(long, default_value_t = turbospark_backend::QUANT_GROUP, value_parser = parse_quant_group, requires = "quant")]
     pub quant_group: usize,
     /// Copy the weights out of the checkpoint instead of reading them in
     /// place from its memory mapping (the CPU's default): the checkpoint
