@@ -71,5 +71,5 @@ for b in "${bins[@]}"; do
     strip "$b"
     gzip -9 "$b"
 done
-cp tools/gpu/common.sh tools/gpu/suite.sh tools/gpu/owed.sh tools/gpu/owed_h200.sh tools/gpu/ab.sh tools/gpu/knobs.sh tools/gpu/ncu_table.py tools/gpu/timeline.py tools/gpu/timeline.sh .device/
+cp tools/gpu/common.sh tools/gpu/suite.sh tools/gpu/owed.sh tools/gpu/owed_h200.sh tools/gpu/second_h200.sh tools/gpu/ab.sh tools/gpu/knobs.sh tools/gpu/ncu_table.py tools/gpu/timeline.py tools/gpu/timeline.sh .device/
 du -sh .device
