@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the repository root, after tools/gpu/bundle.sh:
-# a second look at the H200 after owed_h200.sh's call (sixty-third
-# session), about three minutes. On any other GPU it stops at once.
+# On the GPU machine, from the repository root, after
+# `OLD_REV=5c1f5aa tools/gpu/bundle.sh`: a second look at the H200 after
+# owed_h200.sh's call (sixty-third session), about three minutes. On any
+# other GPU it stops at once.
 # - The missed rows at the default one scale a 32 values beside one a 128
 #   (and int4 at 256), alternated preset by preset in separate processes,
 #   two rounds: owed_h200.sh ran each once, and 128 gained far less there
